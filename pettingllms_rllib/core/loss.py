@@ -1,0 +1,88 @@
+"""The AT-GRPO policy loss as a pure torch function (no RLlib, no model).
+
+Token-level clipped surrogate with asymmetric clipping (DAPO's clip-higher) and dual clip for
+negative advantages (Ye et al. 2020, arXiv 1912.09729), averaged over all response tokens of the
+(mini)batch ("token-mean"), as in arXiv 2510.11062 Eq. 3:
+
+    rho_t   = exp(logp_t - old_logp_t)
+    l_t     = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
+    l_t     = min(l_t, -c * A)            where A < 0   (dual clip, c = dual_clip)
+    loss    = sum_t mask_t * (l_t + beta * kl_t) / sum_t mask_t
+
+``kl_t`` is the k3 estimator ``exp(ref - logp) - (ref - logp) - 1`` of KL(pi || pi_ref), only
+when reference log-probs are given. The advantage of a response is broadcast to all its tokens;
+prompt tokens and other agents' text are excluded by ``mask``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class LossStats:
+    """Detached diagnostics of one loss evaluation (all token-means over the mask)."""
+
+    policy_loss: float
+    clip_fraction: float
+    dual_clip_fraction: float
+    mean_ratio: float
+    approx_kl_behaviour: float
+    kl_to_reference: float
+    num_tokens: int
+
+
+def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                       mask: torch.Tensor, *, clip_eps_low: float = 0.2,
+                       clip_eps_high: float = 0.28, dual_clip: float | None = 3.0,
+                       ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+                       ) -> tuple[torch.Tensor, LossStats]:
+    """Return ``(loss, stats)``.
+
+    Args:
+        logp: [B, L] log-probs of the taken tokens under the current policy (differentiable).
+        old_logp: [B, L] behaviour log-probs from the engine at the same temperature.
+        advantages: [B] (one per response, broadcast) or [B, L].
+        mask: [B, L], 1 for response tokens that are trained on.
+        clip_eps_low / clip_eps_high: the ratio is clipped to [1 - low, 1 + high].
+        dual_clip: c > 1 bounding the loss for A < 0 at -c*A; None disables it.
+        ref_logp / kl_coef: optional KL penalty to a reference policy.
+    """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    mask = mask.to(logp.dtype)
+    adv = advantages.to(logp.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1).expand_as(logp)
+    log_ratio = (logp - old_logp.to(logp.dtype)) * mask
+    ratio = torch.exp(log_ratio)
+    clipped_ratio = torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
+    dual_active = torch.zeros_like(mask, dtype=torch.bool)
+    if dual_clip is not None:
+        bound = -dual_clip * adv
+        dual_active = (adv < 0) & (per_token > bound)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, bound), per_token)
+    kl = torch.zeros_like(per_token)
+    if ref_logp is not None:
+        diff = (ref_logp.to(logp.dtype) - logp) * mask
+        kl = torch.exp(diff) - diff - 1.0
+        per_token = per_token + kl_coef * kl
+    num_tokens = mask.sum()
+    denom = num_tokens.clamp(min=1.0)
+    loss = (per_token * mask).sum() / denom
+
+    with torch.no_grad():
+        clipped = ((ratio < 1.0 - clip_eps_low) & (adv < 0)) | ((ratio > 1.0 + clip_eps_high) & (adv > 0))
+        stats = LossStats(
+            policy_loss=float(loss.detach()),
+            clip_fraction=float((clipped.to(mask.dtype) * mask).sum() / denom),
+            dual_clip_fraction=float((dual_active.to(mask.dtype) * mask).sum() / denom),
+            mean_ratio=float((ratio * mask).sum() / denom),
+            approx_kl_behaviour=float((((ratio - 1.0) - log_ratio) * mask).sum() / denom),
+            kl_to_reference=float((kl * mask).sum() / denom),
+            num_tokens=int(num_tokens),
+        )
+    return loss, stats

@@ -1,0 +1,185 @@
+"""AT-GRPO tree sampling over any env that honours the text-env protocol.
+
+At every stage of every turn, each acting agent answers the *same* observation K times (one
+engine call with n=K); each candidate is stepped on its **own clone** of the env and scored from
+that clone; all K candidates become training records in the group (task, agent, turn); the
+episode continues from the best candidate (greedy, ties to the lowest k). This follows
+arXiv 2510.11062, Sec. 3.2 / Alg. 1 (not the released code, which aliases env copies across
+branches and merges problems into one group).
+
+Parallel stages (several agents acting at once, e.g. coder || tester) need a choice the paper
+leaves open: while agent i's K candidates are scored, the other acting agents are held at their
+candidate 0 (a fixed reference answer, so i's candidates are compared under identical
+conditions); the continuation is a fresh clone stepped with every agent's best candidate.
+For sequential stages the continuation *is* the chosen clone.
+
+Tasks are stepped in lockstep so that each stage issues one batched engine call per module
+over every live task's prompts: that is where generation throughput comes from on any engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from pettingllms_rllib.core.records import GroupKey, SampleRecord
+from pettingllms_rllib.engines.base import Completion
+from pettingllms_rllib.envs.base import TextParallelEnv
+
+#: ``generate(module_id, prompts, num_samples) -> [[Completion] * num_samples] * len(prompts)``
+GenerateFn = Callable[[str, Sequence[str], int], list[list[Completion]]]
+
+
+@dataclasses.dataclass
+class EpisodeSummary:
+    """The greedy path of one task instance (what a deployed team would have done)."""
+
+    task: str
+    success: bool = False
+    num_turns: int = 0
+    num_stages: int = 0
+    agent_return: dict[str, float] = dataclasses.field(default_factory=dict)
+    agent_reward_team: dict[str, float] = dataclasses.field(default_factory=dict)
+    agent_reward_local: dict[str, float] = dataclasses.field(default_factory=dict)
+    parse_errors: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class TreeSampleResult:
+    records: list[SampleRecord]
+    episodes: list[EpisodeSummary]
+
+
+@dataclasses.dataclass
+class _Live:
+    task: str
+    env: TextParallelEnv
+    observations: Mapping[str, str]
+    summary: EpisodeSummary
+
+
+class TreeSampler:
+    """Runs AT-GRPO tree rollouts for a batch of task instances.
+
+    Args:
+        generate: batched generation callback (see :data:`GenerateFn`).
+        module_for_agent: the policy mapping, agent id -> module id.
+        num_branches: K, candidates per (task, agent, turn); at least 2 (GRPO needs a group).
+        max_stages: safety cap on stages per episode (the env's own turn budget normally ends
+            it); exceeding it raises, since it means the env never terminates.
+    """
+
+    def __init__(self, generate: GenerateFn, module_for_agent: Callable[[str], str], *,
+                 num_branches: int, max_stages: int = 10_000):
+        if int(num_branches) < 2:
+            raise ValueError(f"num_branches (K) must be >= 2 for a group baseline, got {num_branches}")
+        self.generate = generate
+        self.module_for_agent = module_for_agent
+        self.num_branches = int(num_branches)
+        self.max_stages = max_stages
+
+    def run(self, roots: Mapping[str, TextParallelEnv], *,
+            weights_version: int = 0) -> TreeSampleResult:
+        """Sample trees from ``roots`` (task id -> env already ``reset`` to its instance).
+
+        The root envs are not modified; every step happens on clones.
+        """
+        live = []
+        for task, env in roots.items():
+            if not env.agents:
+                raise ValueError(f"task {task!r}: env is not reset (no live agents)")
+            state = env.clone()
+            live.append(_Live(task, state, state.current_observations(), EpisodeSummary(task=task)))
+        records: list[SampleRecord] = []
+        summaries = [item.summary for item in live]
+        for _ in range(self.max_stages):
+            if not live:
+                break
+            candidates = self._generate_candidates(live)
+            for item in live:
+                self._expand(item, candidates[item.task], records, weights_version)
+            live = [item for item in live if item.env.agents]
+        else:
+            raise RuntimeError(f"episodes still running after {self.max_stages} stages")
+        return TreeSampleResult(records=records, episodes=summaries)
+
+    # ------------------------------------------------------------------ internals
+    def _generate_candidates(
+            self, live: Sequence[_Live]) -> dict[str, dict[str, list[Completion]]]:
+        """One engine call per module over all live tasks' acting agents."""
+        by_module: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+        for item in live:
+            for agent in item.env.acting_agents():
+                module = self.module_for_agent(agent)
+                by_module[module].append((item.task, agent, item.observations[agent]))
+        candidates: dict[str, dict[str, list[Completion]]] = defaultdict(dict)
+        for module, requests in by_module.items():
+            outputs = self.generate(module, [prompt for _, _, prompt in requests],
+                                    self.num_branches)
+            if len(outputs) != len(requests):
+                raise RuntimeError(f"engine returned {len(outputs)} results for "
+                                   f"{len(requests)} prompts (module {module!r})")
+            for (task, agent, _), completions in zip(requests, outputs):
+                if len(completions) != self.num_branches:
+                    raise RuntimeError(f"engine returned {len(completions)} samples, "
+                                       f"expected K={self.num_branches}")
+                candidates[task][agent] = list(completions)
+        return candidates
+
+    def _expand(self, item: _Live, candidates: Mapping[str, list[Completion]],
+                records: list[SampleRecord], weights_version: int) -> None:
+        """Branch every acting agent K ways from ``item.env``, record all, continue greedily."""
+        state = item.env
+        stage = state.acting_agents()
+        turn, stage_index = state.turn, state.stage_index
+        reference = {agent: candidates[agent][0].text for agent in stage}
+        best: dict[str, int] = {}
+        for agent in stage:
+            rewards, branches = [], []
+            for branch, completion in enumerate(candidates[agent]):
+                branch_env = state.clone()
+                _, reward, _, _, info = branch_env.step({**reference, agent: completion.text})
+                rewards.append(float(reward[agent]))
+                branches.append((branch_env, info))
+                records.append(SampleRecord(
+                    group_key=GroupKey(item.task, agent, turn, stage_index),
+                    module_id=self.module_for_agent(agent), branch=branch,
+                    prompt_text=item.observations[agent],
+                    prompt_ids=tuple(completion.prompt_ids),
+                    response_ids=tuple(completion.response_ids),
+                    behaviour_logprobs=tuple(completion.logprobs),
+                    response_text=completion.text, reward=float(reward[agent]),
+                    reward_team=float(info[agent]["reward_team"]),
+                    reward_local=float(info[agent]["reward_local"]),
+                    success=bool(info[agent]["success"]), parse_error=info[agent]["parse_error"],
+                    weights_version=weights_version, finish_reason=completion.finish_reason))
+            best[agent] = int(np.argmax(rewards))  # ties go to the lowest k
+            records[-len(rewards) + best[agent]].selected = True
+        if len(stage) == 1:
+            next_env, info = branches[best[stage[0]]]  # the chosen clone itself continues
+        else:
+            next_env = state.clone()
+            _, _, _, _, info = next_env.step(
+                {agent: candidates[agent][best[agent]].text for agent in stage})
+        self._account(item.summary, stage, info, next_env)
+        item.env = next_env
+        item.observations = next_env.current_observations() if next_env.agents else {}
+
+    @staticmethod
+    def _account(summary: EpisodeSummary, stage: Sequence[str], info: Mapping[str, dict],
+                 env: TextParallelEnv) -> None:
+        summary.num_stages += 1
+        summary.num_turns = env.turn + (1 if env.stage_index else 0)
+        for agent in stage:
+            agent_info = info[agent]
+            team, local = float(agent_info["reward_team"]), float(agent_info["reward_local"])
+            summary.agent_reward_team[agent] = summary.agent_reward_team.get(agent, 0.0) + team
+            summary.agent_reward_local[agent] = summary.agent_reward_local.get(agent, 0.0) + local
+            summary.agent_return[agent] = (summary.agent_return.get(agent, 0.0)
+                                           + env.alpha * team + local)
+            summary.parse_errors[agent] = (summary.parse_errors.get(agent, 0)
+                                           + int(agent_info["parse_error"] is not None))
+            summary.success = bool(agent_info["success"])

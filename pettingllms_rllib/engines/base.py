@@ -1,0 +1,64 @@
+"""The generation-engine protocol shared by the HF (CPU/GPU) and vLLM (GPU) engines.
+
+An engine turns a batch of prompts into ``num_samples`` completions each and returns what the
+learner needs to compute importance ratios without ever re-tokenising model output: the prompt
+token ids (chat template applied), the response token ids and the per-token log-probabilities
+under the *behaviour* policy at the sampling temperature the learner also uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How responses are sampled.
+
+    Only temperature is supported (no top-k/top-p, no repetition penalty): the learner computes
+    log-probs of the full softmax at the same temperature, so behaviour and learner log-probs
+    agree and the PPO ratio starts at 1 (DESIGN.md Sec. 3).
+
+    Attributes:
+        max_new_tokens: hard cap on response length in tokens.
+        temperature: softmax temperature (> 0) used for sampling *and* for the learner's log-probs.
+        seed: base seed of the sampler's torch generator (None = nondeterministic).
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One sampled response to one prompt.
+
+    ``response_ids`` include the end-of-sequence token when the model stopped by itself
+    (``finish_reason == "stop"``) so the learner also trains the decision to stop;
+    ``logprobs[i]`` is the behaviour log-prob of ``response_ids[i]``.
+    """
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finish_reason: str
+
+
+class Engine(Protocol):
+    """Generates ``num_samples`` completions for every prompt in one batched call."""
+
+    sampling: SamplingConfig
+
+    def generate(self, model: Any, prompts: Sequence[str],
+                 num_samples: int) -> list[list[Completion]]:
+        """Return ``len(prompts)`` lists of ``num_samples`` completions each, in prompt order."""
+        ...

@@ -1,0 +1,67 @@
+"""Versioned ids for text envs: ``register_text_env(id, creator)`` and ``make_text_env``.
+
+Registering also makes the env known to Ray (``ray.tune.register_env``), wrapped as RLlib's
+``ParallelPettingZooEnv``, so the same id works in any RLlib config. Unknown ids raise and list
+the known ones. The built-in task suite (``pettingllms_envs``) registers itself on first use.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+from pettingllms_rllib.envs.base import TextParallelEnv
+
+EnvCreator = Callable[..., TextParallelEnv]
+_ENV_ID = re.compile(r"^[a-z][a-z0-9_]*_v\d+$")
+_REGISTRY: dict[str, EnvCreator] = {}
+
+
+def register_text_env(env_id: str, creator: EnvCreator, *, with_ray: bool = True) -> None:
+    """Register ``creator(**env_config) -> TextParallelEnv`` under a versioned id like ``maze_v0``."""
+    if not _ENV_ID.match(env_id):
+        raise ValueError(f"env id {env_id!r} must look like 'name_v0' (lowercase, versioned)")
+    if not callable(creator):
+        raise TypeError(f"creator for {env_id!r} must be callable, got {type(creator).__name__}")
+    _REGISTRY[env_id] = creator
+    if with_ray:
+        from ray.tune.registry import register_env
+
+        register_env(env_id, _RayEnvCreator(creator))
+
+
+class _RayEnvCreator:
+    """Picklable creator for ``ray.tune.register_env`` (RLlib passes an ``EnvContext``)."""
+
+    def __init__(self, creator: EnvCreator):
+        self.creator = creator
+
+    def __call__(self, env_config: Mapping[str, Any] | None = None):
+        from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+
+        return ParallelPettingZooEnv(self.creator(**dict(env_config or {})))
+
+
+def _load_builtin_envs() -> None:
+    import pettingllms_envs  # noqa: F401  (registers the task suite)
+
+
+def registered_env_ids() -> list[str]:
+    _load_builtin_envs()
+    return sorted(_REGISTRY)
+
+
+def get_env_creator(env_id: str) -> EnvCreator:
+    _load_builtin_envs()
+    if env_id not in _REGISTRY:
+        raise KeyError(f"unknown text env {env_id!r}; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[env_id]
+
+
+def make_text_env(env_id: str, env_config: Mapping[str, Any] | None = None) -> TextParallelEnv:
+    """Build a registered env. Bad ``env_config`` keys raise a ``ValueError`` naming them."""
+    creator = get_env_creator(env_id)
+    try:
+        return creator(**dict(env_config or {}))
+    except TypeError as exc:
+        raise ValueError(f"bad env_config for {env_id!r}: {exc}") from exc

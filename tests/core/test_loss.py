@@ -1,0 +1,72 @@
+"""The clipped token-level loss equals hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from pettingllms_rllib.core.loss import clipped_token_loss
+
+
+def test_loss_matches_hand_computation_with_clipping_and_masking():
+    logp = torch.log(torch.tensor([[0.5, 0.6, 0.9], [0.2, 0.1, 0.3]]))
+    old = torch.log(torch.tensor([[0.5, 0.4, 0.5], [0.4, 0.2, 0.3]]))
+    adv = torch.tensor([1.0, -2.0])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    loss, stats = clipped_token_loss(logp, old, adv, mask, clip_eps_low=0.2,
+                                     clip_eps_high=0.28, dual_clip=3.0)
+    # row 0 (A=+1): ratios 1.0, 1.5 -> clipped to 1.28; third token masked out.
+    #   -min(1*1, 1*1) = -1 ; -min(1.5, 1.28) = -1.28
+    # row 1 (A=-2): ratios 0.5, 0.5, 1.0 -> clip low 0.8:
+    #   -min(0.5*-2, 0.8*-2) = -min(-1, -1.6) = 1.6 ; same 1.6 ; -min(-2,-2) = 2
+    #   dual clip bound -c*A = 6 is not active.
+    expected = (-1 - 1.28 + 1.6 + 1.6 + 2.0) / 5
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert stats.num_tokens == 5
+    # Tokens whose clipped branch is binding: row0 tok1 (1.5 > 1.28, A>0), row1 tok0,1 (0.5 < 0.8, A<0)
+    assert stats.clip_fraction == pytest.approx(3 / 5)
+
+
+def test_dual_clip_bounds_negative_advantage_loss():
+    logp = torch.log(torch.tensor([[0.9]]))
+    old = torch.log(torch.tensor([[0.1]]))  # ratio 9
+    loss, stats = clipped_token_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1),
+                                     dual_clip=3.0)
+    assert loss.item() == pytest.approx(3.0)  # min(9, 3 * 1)
+    assert stats.dual_clip_fraction == 1.0
+    loss_nodual, _ = clipped_token_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1),
+                                        dual_clip=None)
+    assert loss_nodual.item() == pytest.approx(9.0, rel=1e-5)
+
+
+def test_ratio_one_gives_minus_mean_advantage_and_correct_gradient():
+    logp = torch.log(torch.tensor([[0.3, 0.7]])).requires_grad_(True)
+    loss, stats = clipped_token_loss(logp, logp.detach().clone(), torch.tensor([2.0]),
+                                     torch.ones(1, 2))
+    assert loss.item() == pytest.approx(-2.0)
+    assert stats.mean_ratio == pytest.approx(1.0)
+    loss.backward()
+    # d/dlogp of -(exp(logp - old) * A) / 2 at ratio 1 = -A/2 per token
+    torch.testing.assert_close(logp.grad, torch.tensor([[-1.0, -1.0]]))
+
+
+def test_kl_to_reference_uses_k3_estimator():
+    logp = torch.log(torch.tensor([[0.5]]))
+    ref = torch.log(torch.tensor([[0.25]]))
+    loss, stats = clipped_token_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1),
+                                     ref_logp=ref, kl_coef=0.5)
+    kl = 0.5 - math.log(0.5) - 1  # exp(ref - logp) - (ref - logp) - 1
+    assert stats.kl_to_reference == pytest.approx(kl, rel=1e-5)
+    assert loss.item() == pytest.approx(0.5 * kl, rel=1e-5)
+
+
+def test_empty_mask_gives_zero_loss_not_nan():
+    loss, stats = clipped_token_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([1.0]),
+                                     torch.zeros(1, 2))
+    assert loss.item() == 0.0 and stats.num_tokens == 0
+
+
+def test_invalid_dual_clip_is_rejected():
+    with pytest.raises(ValueError, match="dual_clip"):
+        clipped_token_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
+                           dual_clip=0.5)

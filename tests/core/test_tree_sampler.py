@@ -1,0 +1,131 @@
+"""Tree sampler invariants on a scripted fake engine (no model, no Ray)."""
+
+from collections import Counter, defaultdict
+
+import pytest
+from toy_env import ToyCounterEnv
+
+from pettingllms_rllib.core.tree_sampler import TreeSampler
+from pettingllms_rllib.engines.base import Completion
+
+
+class ScriptedEngine:
+    """Answers with per-agent scripts: candidate k of each prompt is ``script[agent][k]``."""
+
+    def __init__(self, scripts):
+        self.scripts = scripts
+        self.calls = []
+
+    def __call__(self, module_id, prompts, num_samples):
+        self.calls.append((module_id, list(prompts), num_samples))
+        out = []
+        for prompt in prompts:
+            agent = prompt.split(":")[0]
+            texts = self.scripts[agent][:num_samples]
+            out.append([Completion(prompt_ids=(len(prompt),), response_ids=(k, k + 1),
+                                   logprobs=(-0.5, -0.25), text=t, finish_reason="stop")
+                        for k, t in enumerate(texts)])
+        return out
+
+
+def _roots(n, **env_kwargs):
+    roots = {}
+    for seed in range(n):
+        env = ToyCounterEnv(**env_kwargs)
+        env.reset(seed=seed)
+        roots[f"task{seed}"] = env
+    return roots
+
+
+def test_every_group_has_exactly_k_members_sharing_one_prompt():
+    engine = ScriptedEngine({"adder": ["0", "1", "2", "x"], "checker": ["0", "1", "2", "3"]})
+    result = TreeSampler(engine, lambda a: "shared", num_branches=4).run(
+        _roots(3, max_turns=3, target=100))
+    groups = defaultdict(list)
+    for record in result.records:
+        groups[record.group_key].append(record)
+    # 3 tasks x 3 turns x 2 agents, none terminates (target unreachable)
+    assert len(groups) == 18
+    for key, members in groups.items():
+        assert len(members) == 4, key
+        assert len({m.prompt_fingerprint for m in members}) == 1, key
+        assert sorted(m.branch for m in members) == [0, 1, 2, 3]
+        assert sum(m.selected for m in members) == 1
+
+
+def test_each_branch_is_scored_on_its_own_clone():
+    engine = ScriptedEngine({"adder": ["1", "2", "3", "4"], "checker": ["0"] * 4})
+    roots = _roots(1, max_turns=1, target=100)
+    start = roots["task0"].counter
+    result = TreeSampler(engine, lambda a: "m", num_branches=4).run(roots)
+    adder = [r for r in result.records if r.agent == "adder"]
+    # local reward = counter after this branch's own addition; aliasing would accumulate.
+    assert [r.reward_local for r in adder] == [start + 1, start + 2, start + 3, start + 4]
+    assert roots["task0"].counter == start, "the root env must not be stepped"
+
+
+def test_greedy_branch_is_the_state_the_next_stage_sees():
+    engine = ScriptedEngine({"adder": ["3", "1", "5", "5"], "checker": ["0"] * 4})
+    roots = _roots(1, max_turns=1, target=100)
+    start = roots["task0"].counter
+    result = TreeSampler(engine, lambda a: "m", num_branches=4).run(roots)
+    adder = [r for r in result.records if r.agent == "adder"]
+    assert [r.selected for r in adder] == [False, False, True, False]  # tie -> lowest k
+    checker_prompt = next(r.prompt_text for r in result.records if r.agent == "checker")
+    assert f"counter={start + 5}" in checker_prompt
+
+
+def test_batched_engine_calls_one_per_module_per_stage():
+    engine = ScriptedEngine({"adder": ["1"] * 2, "checker": ["0"] * 2})
+    mapping = {"adder": "adder_policy", "checker": "checker_policy"}
+    TreeSampler(engine, mapping.__getitem__, num_branches=2).run(
+        _roots(4, max_turns=2, target=100))
+    # 2 turns x 2 stages, each one call with all 4 tasks' prompts for the acting module
+    assert [(m, len(p), n) for m, p, n in engine.calls] == [
+        ("adder_policy", 4, 2), ("checker_policy", 4, 2)] * 2
+
+
+def test_episode_ends_when_the_chosen_branch_solves_the_task():
+    engine = ScriptedEngine({"adder": ["0", "50"], "checker": ["0", "0"]})
+    roots = {}
+    env = ToyCounterEnv(target=50, max_turns=3)
+    env.reset(seed=0)
+    env.counter = 0
+    roots["t"] = env
+    result = TreeSampler(engine, lambda a: "m", num_branches=2).run(roots)
+    assert {r.group_key.agent for r in result.records} == {"adder"}
+    assert result.episodes[0].success
+    assert result.episodes[0].num_stages == 1
+
+
+def test_parse_errors_are_records_with_penalty_not_exceptions():
+    engine = ScriptedEngine({"adder": ["\x00garbage", "1"], "checker": ["?", "?"]})
+    result = TreeSampler(engine, lambda a: "m", num_branches=2).run(
+        _roots(1, max_turns=1, target=100, invalid_action_penalty=-3.0))
+    errors = [r for r in result.records if r.parse_error]
+    assert {r.agent for r in errors} == {"adder", "checker"}
+    assert all(r.reward_local == -3.0 for r in errors)
+    assert result.episodes[0].parse_errors["checker"] == 1
+
+
+def test_parallel_stage_holds_other_agents_at_their_reference_answer():
+    engine = ScriptedEngine({"adder": ["1", "2", "3"], "checker": ["9", "0", "4"]})
+    roots = _roots(1, max_turns=1, target=100, parallel=True)
+    start = roots["task0"].counter
+    result = TreeSampler(engine, lambda a: "m", num_branches=3).run(roots)
+    checker = [r for r in result.records if r.agent == "checker"]
+    # checker scored against the adder's reference (candidate 0 -> counter start + 1)
+    assert [r.reward_local for r in checker] == [-abs(9 - start - 1), -abs(0 - start - 1),
+                                                 -abs(4 - start - 1)]
+    assert Counter(r.agent for r in result.records) == {"adder": 3, "checker": 3}
+
+
+def test_k_below_two_is_rejected():
+    with pytest.raises(ValueError, match="num_branches"):
+        TreeSampler(lambda *a: [], lambda a: "m", num_branches=1)
+
+
+def test_engine_returning_wrong_sample_count_fails_loudly():
+    engine = ScriptedEngine({"adder": ["1"], "checker": ["1"]})
+    with pytest.raises(RuntimeError, match="expected K=2"):
+        TreeSampler(engine, lambda a: "m", num_branches=2).run(_roots(1, target=100))
