@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     if name in ("ATGRPO", "ATGRPOConfig"):
-        from pettingllms_rllib.algorithms import at_grpo
+        from pettingllms_rllib import algorithms
 
-        return getattr(at_grpo, name)
+        return getattr(algorithms, name)
     raise AttributeError(f"module 'pettingllms_rllib' has no attribute {name!r}")

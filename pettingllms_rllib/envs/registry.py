@@ -51,8 +51,24 @@ def registered_env_ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _from_ray_registry(env_id: str) -> EnvCreator | None:
+    """Envs registered in another process (e.g. the driver) reach Ray workers through Ray's
+    global registry; recover our creator from there."""
+    try:
+        import ray
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+    except ImportError:
+        return None
+    if not ray.is_initialized() or not _global_registry.contains(ENV_CREATOR, env_id):
+        return None
+    creator = _global_registry.get(ENV_CREATOR, env_id)
+    return creator.creator if isinstance(creator, _RayEnvCreator) else None
+
+
 def get_env_creator(env_id: str) -> EnvCreator:
     _load_builtin_envs()
+    if env_id not in _REGISTRY and (creator := _from_ray_registry(env_id)) is not None:
+        _REGISTRY[env_id] = creator
     if env_id not in _REGISTRY:
         raise KeyError(f"unknown text env {env_id!r}; registered: {sorted(_REGISTRY)}")
     return _REGISTRY[env_id]

@@ -49,3 +49,34 @@ class ToyCounterEnv(TextParallelEnv):
                                 else self.invalid_action_penalty)
         solved = self.counter == self.target
         return StageOutcome(local=local, team=float(solved), success=solved, terminated=solved)
+
+
+def _any_text(text: str) -> ParseResult:
+    return ParseResult(value=text) if text.strip() else ParseResult(error="empty")
+
+
+class ToyScoreEnv(TextParallelEnv):
+    """Rewards arbitrary text with a fixed pseudo-random score, so even a random tiny model's
+    K samples get different rewards (a non-zero GRPO signal for integration tests)."""
+
+    metadata = {"name": "toy_score_v0"}
+    possible_agents = ["writer", "reviewer"]
+    roles = {"writer": Role("writer", "writes", _any_text),
+             "reviewer": Role("reviewer", "reviews", _any_text)}
+    workflow = [("writer",), ("reviewer",)]
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.topic = 0
+
+    def _new_task(self, seed, options):
+        self.topic = int(self.np_random.integers(0, 100))
+
+    def _observe(self, agent):
+        last = self.last_responses.get("writer", "")[:40]
+        return f"You are the {agent}. Topic {self.topic}, turn {self.turn}. Writer said: {last}"
+
+    def _apply_stage(self, stage, parsed, raw):
+        local = {a: (sum(map(ord, raw[a])) % 11) / 10 if parsed[a].ok
+                 else self.invalid_action_penalty for a in stage}
+        return StageOutcome(local=local, team=0.0, success=False)

@@ -1,0 +1,177 @@
+"""``ATGRPO``: the RLlib Algorithm whose ``training_step`` runs one AT-GRPO iteration.
+
+1. every :class:`LLMEnvRunner` tree-samples its share of task instances;
+2. the driver checks every runner sampled with the latest weights (a lagging runner fails the
+   iteration loudly), then computes grouped advantages over *all* records before any
+   minibatching (groups never straddle runners: a task lives on one runner);
+3. records are routed to their module (``policy_mapping_fn``) and padded: a MultiAgentBatch;
+4. ``learner_group.update``; 5. ``sync_weights`` to the runners; 6. metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+    WEIGHTS_SEQ_NO,
+)
+
+from pettingllms_rllib.algorithms.config import ATGRPOConfig
+from pettingllms_rllib.core.advantages import group_advantages
+from pettingllms_rllib.core.batching import batches_per_module
+from pettingllms_rllib.core.records import SampleRecord
+from pettingllms_rllib.core.tree_sampler import EpisodeSummary
+
+logger = logging.getLogger(__name__)
+
+AT_GRPO_RESULTS = "at_grpo"
+
+
+class WeightsLagError(RuntimeError):
+    """A runner sampled with older weights than the learner last synced to it."""
+
+
+def split_tasks(total: int, num_runners: int) -> list[int]:
+    """Spread ``total`` task instances over runners as evenly as possible (all >= 1)."""
+    num_runners = max(1, num_runners)
+    base, extra = divmod(max(total, num_runners), num_runners)
+    return [base + (1 if i < extra else 0) for i in range(num_runners)]
+
+
+class ATGRPO(Algorithm):
+    """Agent- and turn-wise grouped GRPO (arXiv 2510.11062) on RLlib's new API stack."""
+
+    @classmethod
+    @override(Algorithm)
+    def get_default_config(cls) -> ATGRPOConfig:
+        return ATGRPOConfig()
+
+    @override(Algorithm)
+    def setup(self, config) -> None:
+        import torch
+
+        # Ray starts workers with one intra-op thread; a trial's driver-local runner and
+        # learner should use the CPUs the trial reserved for its main process.
+        torch.set_num_threads(max(1, int(config.num_cpus_for_main_process or 1)))
+        super().setup(config)
+        self._synced_weights_version: int | None = None
+
+    @override(Algorithm)
+    def training_step(self) -> None:
+        cfg: ATGRPOConfig = self.config
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            outputs = self._sample()
+        self._check_weights_versions(outputs)
+        records = [r for out in outputs for r in out["records"]]
+        episodes = [e for out in outputs for e in out["episodes"]]
+
+        result = group_advantages([r.reward for r in records], [r.group_key for r in records],
+                                  [r.agent for r in records], cfg.advantage_config)
+        for record, advantage in zip(records, result.advantages):
+            record.advantage = float(advantage)
+        trained = [r for r, keep in zip(records, result.keep) if keep]
+        self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs))
+        self.metrics.log_dict({
+            (AT_GRPO_RESULTS, "num_groups"): result.num_groups,
+            (AT_GRPO_RESULTS, "zero_variance_group_fraction"): result.zero_variance_fraction,
+            (AT_GRPO_RESULTS, "num_trained_samples"): len(trained),
+        }, window=1)
+        if not trained:
+            logger.warning("no trainable samples this iteration (all groups dropped)")
+            return
+
+        batch = MultiAgentBatch(
+            {mid: SampleBatch(cols) for mid, cols in batches_per_module(
+                trained, self._pad_token_id()).items()},
+            env_steps=len(trained))
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            learner_results = self.learner_group.update(
+                batch=batch,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
+                shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+
+        trained_modules = list(batch.policy_batches)
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                               policies=trained_modules, inference_only=True)
+        self._synced_weights_version = int(self.metrics.peek(
+            (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
+
+    # ------------------------------------------------------------------ helpers
+    def _sample(self) -> list[dict[str, Any]]:
+        group = self.env_runner_group
+        remote = group.num_remote_env_runners()
+        counts = split_tasks(int(self.config.num_tasks_per_iteration), remote)
+        if remote == 0:
+            return [group.local_env_runner.sample(num_tasks=counts[0])]
+        return group.foreach_env_runner(
+            lambda runner: runner.sample(num_tasks=counts[(runner.worker_index or 1) - 1]),
+            local_env_runner=False)
+
+    def _check_weights_versions(self, outputs: Sequence[dict[str, Any]]) -> None:
+        expected = self._synced_weights_version
+        versions = {o["worker_index"]: o["weights_version"] for o in outputs}
+        self.metrics.log_value((ENV_RUNNER_RESULTS, "weights_version_min"),
+                               min(versions.values()), window=1)
+        if expected is None:
+            return
+        lagging = {w: v for w, v in versions.items() if v < expected}
+        if lagging:
+            raise WeightsLagError(f"env runners {sorted(lagging)} sampled with weights versions "
+                                  f"{lagging} but the learner synced version {expected}")
+
+    def _pad_token_id(self) -> int:
+        from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
+
+        if not hasattr(self, "_pad_id"):
+            tokenizer = load_tokenizer(ModelSpec.coerce(self.config.model_spec_dict))
+            self._pad_id = int(tokenizer.pad_token_id or 0)
+        return self._pad_id
+
+    def _log_rollout_metrics(self, records: Sequence[SampleRecord],
+                             episodes: Sequence[EpisodeSummary], env_steps: int) -> None:
+        log = self.metrics.log_value
+        key = ENV_RUNNER_RESULTS
+        log((key, NUM_ENV_STEPS_SAMPLED), env_steps, reduce="sum", clear_on_reduce=True)
+        log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="lifetime_sum")
+        log((key, NUM_EPISODES), len(episodes), reduce="sum", clear_on_reduce=True)
+        log((key, NUM_EPISODES_LIFETIME), len(episodes), reduce="lifetime_sum")
+        log((key, "success_rate"), float(np.mean([e.success for e in episodes])), window=1)
+        log((key, "episode_turns_mean"), float(np.mean([e.num_turns for e in episodes])),
+            window=1)
+        log((key, "episode_return_mean"),
+            float(np.mean([sum(e.agent_return.values()) for e in episodes])), window=1)
+        log((key, "num_samples"), len(records), window=1)
+        log((key, "num_generated_tokens"), sum(r.num_response_tokens for r in records),
+            reduce="sum", clear_on_reduce=True)
+        by_agent: dict[str, list[SampleRecord]] = defaultdict(list)
+        for record in records:
+            by_agent[record.agent].append(record)
+        for agent, rs in by_agent.items():
+            log((key, "agent", agent, "sample_reward_mean"),
+                float(np.mean([r.reward for r in rs])), window=1)
+            log((key, "agent", agent, "parse_error_rate"),
+                float(np.mean([r.parse_error is not None for r in rs])), window=1)
+            log((key, "agent", agent, "episode_return_mean"),
+                float(np.mean([e.agent_return.get(agent, 0.0) for e in episodes])), window=1)
+            log((key, "agent", agent, "response_tokens_mean"),
+                float(np.mean([r.num_response_tokens for r in rs])), window=1)

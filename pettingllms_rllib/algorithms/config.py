@@ -1,0 +1,246 @@
+"""``ATGRPOConfig``: the fluent, validated configuration of AT-GRPO.
+
+Knobs are documented by topic:
+
+* ``.llm(...)``: which model, LoRA or full fine-tuning, how responses are sampled.
+* ``.training(...)``: AT-GRPO itself (K branches, tasks per iteration, advantages, clipping)
+  plus RLlib's usual ``lr``, ``grad_clip``, ``num_epochs``, ``minibatch_size``.
+* ``.environment(env=<text env id>, env_config={...})``: the task (``alpha`` and ``max_turns``
+  are env arguments).
+* ``.multi_agent(policies=..., policy_mapping_fn=...)``: shared model vs one model (or one LoRA
+  adapter, with ``.llm(lora=...)``) per role is only this mapping.
+
+``validate()`` checks everything that can be checked without Ray or a model (unknown env id,
+mapping targets, K, T, model availability) so a bad config fails before any Ray work starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.annotations import override
+
+from pettingllms_rllib.core.advantages import NORMALIZATIONS, SCALE_SCOPES, AdvantageConfig
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("hf",)
+#: Key under which a Tune grid over whole configs is resolved (see ``experiment.py``).
+GRID_KEY = "__grid__"
+
+
+class ATGRPOConfig(AlgorithmConfig):
+    """Configuration of :class:`~pettingllms_rllib.algorithms.at_grpo.ATGRPO`.
+
+    Example::
+
+        config = (
+            ATGRPOConfig()
+            .environment("plan_path_v0", env_config={"grid_size": 3, "max_turns": 2})
+            .llm(model="smollm2-135m-instruct", lora={"r": 8}, max_new_tokens=32)
+            .training(num_branches=4, num_tasks_per_iteration=8, lr=1e-5)
+            .multi_agent(policies={"tool", "planner"},
+                         policy_mapping_fn=lambda agent_id, *args, **kwargs: agent_id)
+        )
+        algo = config.build_algo()
+        algo.train()
+    """
+
+    def __init__(self, algo_class=None):
+        from pettingllms_rllib.algorithms.at_grpo import ATGRPO
+        from pettingllms_rllib.algorithms.env_runner import LLMEnvRunner
+
+        super().__init__(algo_class=algo_class or ATGRPO)
+        # --- .llm(): model and sampling
+        #: Bundled "smollm2-135m-instruct", "tiny-random", a local folder or a hub id.
+        #: (Stored as ``llm_model``: RLlib's own ``model`` attribute is the old-stack model dict.)
+        self.llm_model = "smollm2-135m-instruct"
+        #: Overrides of the tiny random llama config (only with model="tiny-random").
+        self.tiny_model_config = None
+        #: Torch dtype of the weights; fp32 is fastest on CPUs without AVX-512/AMX.
+        self.model_dtype = "float32"
+        #: peft LoraConfig kwargs; None = full fine-tuning. With LoRA, all modules share one
+        #: base model and each ModuleID gets its own adapter.
+        self.lora = None
+        #: Cap on tokens per response.
+        self.max_new_tokens = 64
+        #: Sampling temperature; the learner's log-probs use the same one.
+        self.temperature = 1.0
+        #: Optional system prompt prepended to every agent's chat.
+        self.system_prompt = None
+        #: Rollout engine; "hf" runs HF transformers (CPU or GPU).
+        self.engine = "hf"
+        #: Split generation into chunks of at most this many sequences (None = no split).
+        self.generation_batch_size = None
+        #: Response tokens per chunk of the learner's LM-head pass (bounds logits memory).
+        self.logprob_chunk_size = 1024
+
+        # --- .training(): AT-GRPO
+        #: K, candidates branched per (task, agent, turn).
+        self.num_branches = 4
+        #: Task instances (tree roots) per training iteration, split across env runners.
+        self.num_tasks_per_iteration = 8
+        #: "std" (GRPO) or "mean" (Dr. GRPO) advantage normalisation.
+        self.advantage_normalization = "std"
+        #: "group" or "agent" (Dr. MAS-style per-agent scale).
+        self.advantage_scale_scope = "group"
+        #: Drop zero-variance groups from the batch (DAPO) instead of training with A = 0.
+        self.drop_zero_variance_groups = False
+        #: Epsilon added to the std in the advantage.
+        self.advantage_eps = 1e-6
+        #: Ratio clip range [1 - clip_eps_low, 1 + clip_eps_high].
+        self.clip_eps_low = 0.2
+        self.clip_eps_high = 0.28
+        #: Dual-clip constant for negative advantages (None disables).
+        self.dual_clip = 3.0
+
+        # --- RLlib defaults we change
+        self.env_runner_cls = LLMEnvRunner
+        self.lr = 1e-5
+        self.num_epochs = 1
+        self.minibatch_size = None
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.num_env_runners = 0
+
+    # ------------------------------------------------------------------ fluent sections
+    def llm(self, *, model=NotProvided, tiny_model_config=NotProvided, model_dtype=NotProvided,
+            lora=NotProvided, max_new_tokens=NotProvided, temperature=NotProvided,
+            system_prompt=NotProvided, engine=NotProvided, generation_batch_size=NotProvided,
+            logprob_chunk_size=NotProvided) -> "ATGRPOConfig":
+        """Model, adapters and sampling (see the attribute comments in ``__init__``)."""
+        values = dict(locals())
+        values["llm_model"] = values.pop("model")
+        self._set_provided(values)
+        return self
+
+    @override(AlgorithmConfig)
+    def training(self, *, num_branches=NotProvided, num_tasks_per_iteration=NotProvided,
+                 advantage_normalization=NotProvided, advantage_scale_scope=NotProvided,
+                 drop_zero_variance_groups=NotProvided, advantage_eps=NotProvided,
+                 clip_eps_low=NotProvided, clip_eps_high=NotProvided, dual_clip=NotProvided,
+                 **kwargs) -> "ATGRPOConfig":
+        """AT-GRPO knobs plus RLlib's (``lr``, ``grad_clip``, ``num_epochs``, ...)."""
+        super().training(**kwargs)
+        self._set_provided({k: v for k, v in locals().items() if k != "kwargs"})
+        return self
+
+    def _set_provided(self, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            if key != "self" and value is not NotProvided:
+                setattr(self, key, value)
+
+    @override(AlgorithmConfig)
+    def update_from_dict(self, config_dict) -> "ATGRPOConfig":
+        """Also accept a resolved Tune grid point stored under :data:`GRID_KEY`."""
+        config_dict = dict(config_dict)
+        config_dict.update(config_dict.pop(GRID_KEY, None) or {})
+        return super().update_from_dict(config_dict)
+
+    # ------------------------------------------------------------------ derived pieces
+    @property
+    def advantage_config(self) -> AdvantageConfig:
+        return AdvantageConfig(normalization=self.advantage_normalization,
+                               scale_scope=self.advantage_scale_scope,
+                               drop_zero_variance=self.drop_zero_variance_groups,
+                               eps=self.advantage_eps)
+
+    @property
+    def model_spec_dict(self) -> dict[str, Any]:
+        spec = {"name_or_path": self.llm_model, "dtype": self.model_dtype, "seed": self.seed or 0}
+        if self.tiny_model_config is not None:
+            spec["tiny_config"] = dict(self.tiny_model_config)
+        return spec
+
+    def rl_module_model_config(self) -> dict[str, Any]:
+        config = {"model": self.model_spec_dict, "temperature": self.temperature,
+                  "logprob_chunk_size": self.logprob_chunk_size}
+        if self.lora is not None:
+            config["lora"] = dict(self.lora)
+        return config
+
+    @override(AlgorithmConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from pettingllms_rllib.models.rl_modules import CausalLMRLModule, LoRAAdapterRLModule
+
+        module_class = LoRAAdapterRLModule if self.lora is not None else CausalLMRLModule
+        return RLModuleSpec(module_class=module_class, model_config=self.rl_module_model_config())
+
+    @override(AlgorithmConfig)
+    def get_multi_rl_module_spec(self, **kwargs) -> MultiRLModuleSpec:
+        spec = super().get_multi_rl_module_spec(**kwargs)
+        if self.lora is not None:
+            from pettingllms_rllib.models.rl_modules import SharedBaseLoRAMultiRLModule
+
+            spec.multi_rl_module_class = SharedBaseLoRAMultiRLModule
+            spec.model_config = self.rl_module_model_config()
+        return spec
+
+    @override(AlgorithmConfig)
+    def get_default_learner_class(self):
+        from pettingllms_rllib.algorithms.learner import ATGRPOTorchLearner
+
+        return ATGRPOTorchLearner
+
+    # ------------------------------------------------------------------ validation
+    @override(AlgorithmConfig)
+    def validate(self) -> None:
+        super().validate()
+        self.validate_at_grpo()
+
+    def validate_at_grpo(self) -> None:
+        """The AT-GRPO checks alone; cheap, no Ray needed (the CLI runs them before ray.init)."""
+        from pettingllms_rllib.envs.registry import make_text_env
+
+        if int(self.num_branches) < 2:
+            self._value_error(f"num_branches (K) must be >= 2 for a group baseline, "
+                              f"got {self.num_branches}")
+        if int(self.num_tasks_per_iteration) < 1:
+            self._value_error(f"num_tasks_per_iteration must be >= 1, "
+                              f"got {self.num_tasks_per_iteration}")
+        if self.engine not in ENGINES:
+            self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
+        if self.advantage_normalization not in NORMALIZATIONS:
+            self._value_error(f"advantage_normalization={self.advantage_normalization!r}; "
+                              f"accepted: {NORMALIZATIONS}")
+        if self.advantage_scale_scope not in SCALE_SCOPES:
+            self._value_error(f"advantage_scale_scope={self.advantage_scale_scope!r}; "
+                              f"accepted: {SCALE_SCOPES}")
+        if not self.temperature > 0 or int(self.max_new_tokens) < 1:
+            self._value_error("temperature must be > 0 and max_new_tokens >= 1")
+        if self.lora is not None and not isinstance(self.lora, dict):
+            self._value_error(f"lora must be a dict of peft LoraConfig kwargs or None, "
+                              f"got {type(self.lora).__name__}")
+        if not isinstance(self.env, str):
+            self._value_error("environment(env=...) must be a registered text env id")
+        try:
+            env = make_text_env(self.env, self.env_config)
+        except KeyError as exc:
+            self._value_error(str(exc.args[0]))
+        except ValueError as exc:
+            self._value_error(str(exc))
+        policies = set(self.policies or {})
+        for agent in env.possible_agents:
+            module_id = self.policy_mapping_fn(agent, None)
+            if module_id not in policies:
+                self._value_error(f"policy_mapping_fn maps agent {agent!r} to {module_id!r}, "
+                                  f"which is not among the policies {sorted(policies)}")
+        self._check_model_available()
+
+    def _check_model_available(self) -> None:
+        """Fail early, without loading weights, when the configured model cannot be found."""
+        from pathlib import Path
+
+        from pettingllms_rllib.models import loading
+
+        name = loading.ModelSpec.coerce(self.model_spec_dict).name_or_path
+        if name in (loading.BUNDLED_MODEL_NAME, loading.TINY_RANDOM_NAME):
+            loading.bundled_gguf_path()  # tiny-random borrows the bundled tokenizer
+        elif loading._looks_like_path(name) and not Path(name).expanduser().exists():
+            self._value_error(f"model path {name!r} does not exist; give a model folder, a "
+                              f".gguf file, {loading.BUNDLED_MODEL_NAME!r} or "
+                              f"{loading.TINY_RANDOM_NAME!r}")

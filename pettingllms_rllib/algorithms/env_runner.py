@@ -1,0 +1,179 @@
+"""``LLMEnvRunner``: an RLlib EnvRunner that owns a text env, the LLM modules and an engine.
+
+RLlib's stock ``MultiAgentEnvRunner`` steps one action per agent per step through connector
+pipelines built for tensors; AT-GRPO instead branches K candidates per acting agent from one
+state and needs token ids and behaviour log-probs. So this runner plugs in through
+``config.env_runners(env_runner_cls=...)`` (set by default in ``ATGRPOConfig``), runs the
+:class:`~pettingllms_rllib.core.tree_sampler.TreeSampler` and returns its records (the
+``EnvRunner.sample`` contract allows experiences of any form).
+
+Weights reach the runner only through ``set_state`` (RLlib's ``sync_weights``); that is the one
+hook where an engine's weights are updated, and the runner records the learner's weights
+version it received so the algorithm can fail loudly if a runner lags.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core import COMPONENT_RL_MODULE
+from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
+
+from pettingllms_rllib.core.tree_sampler import TreeSampler
+from pettingllms_rllib.engines.base import SamplingConfig
+from pettingllms_rllib.envs.registry import make_text_env
+
+logger = logging.getLogger(__name__)
+
+#: Training task seeds are drawn from [0, TRAIN_SEED_LIMIT); evaluation uses seeds above it,
+#: so the two sets are disjoint by construction.
+TRAIN_SEED_LIMIT = 1_000_000_000
+
+
+class LLMEnvRunner(EnvRunner, Checkpointable):
+    """Samples AT-GRPO trees with the LLM modules of a MultiRLModule."""
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        self.spaces = kwargs.get("spaces") or {}
+        self.env = None
+        self.module = None
+        self.engine = None
+        self.weights_version = 0
+        self.num_env_steps_sampled_lifetime = 0
+        index = self.worker_index or 0
+        self._task_rng = np.random.default_rng([int(config.seed or 0), index])
+        torch.set_num_threads(max(1, int(config.num_cpus_per_env_runner or 1))
+                              if index > 0 else torch.get_num_threads())
+        # As RLlib's own runners: the driver-local runner only needs a model when there are no
+        # remote runners (otherwise it would hold a useless copy of every LLM).
+        if index > 0 or config.num_env_runners == 0:
+            self.make_env()
+            self.make_module()
+
+    # ------------------------------------------------------------------ construction
+    @override(EnvRunner)
+    def make_env(self) -> None:
+        self.env = make_text_env(self.config.env, self.config.env_config)
+
+    @override(EnvRunner)
+    def make_module(self) -> None:
+        from pettingllms_rllib.engines.hf_engine import HFEngine
+        from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
+
+        spec = self.config.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
+        self.module = spec.build()
+        tokenizer = load_tokenizer(ModelSpec.coerce(self.config.model_spec_dict))
+        seed = None if self.config.seed is None else int(self.config.seed) * 1009 + (
+            self.worker_index or 0)
+        sampling = SamplingConfig(max_new_tokens=int(self.config.max_new_tokens),
+                                  temperature=float(self.config.temperature), seed=seed)
+        self.engine = HFEngine(tokenizer, sampling, system_prompt=self.config.system_prompt,
+                               max_batch_size=self.config.generation_batch_size)
+
+    @override(EnvRunner)
+    def get_spaces(self) -> dict[str, Any]:
+        if self.env is None:
+            return self.spaces
+        agents = self.env.possible_agents
+        obs_space, act_space = self.env.observation_space(agents[0]), self.env.action_space(agents[0])
+        spaces = {INPUT_ENV_SPACES: (obs_space, act_space),
+                  INPUT_ENV_SINGLE_SPACES: (obs_space, act_space)}
+        for agent in agents:
+            spaces[self.module_for_agent(agent)] = (self.env.observation_space(agent),
+                                                    self.env.action_space(agent))
+        return spaces
+
+    @override(EnvRunner)
+    def assert_healthy(self) -> None:
+        assert self.env is None or self.module is not None, "env runner has an env but no module"
+
+    def module_for_agent(self, agent_id: str) -> str:
+        return self.config.policy_mapping_fn(agent_id, None)
+
+    # ------------------------------------------------------------------ sampling
+    def _generate(self, module_id: str, prompts, num_samples: int):
+        module = self.module[module_id]
+        module.activate()
+        return self.engine.generate(module.causal_lm, prompts, num_samples)
+
+    def draw_task_seeds(self, num_tasks: int) -> list[int]:
+        return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
+
+    @override(EnvRunner)
+    def sample(self, *, num_tasks: int | None = None, task_seeds: list[int] | None = None,
+               **kwargs) -> dict[str, Any]:
+        """Run one tree per task; returns records, episode summaries and the weights version."""
+        if self.env is None:
+            raise RuntimeError("this env runner holds no env/model (a driver-local runner "
+                               "next to remote runners); sample on the remote runners")
+        seeds = task_seeds if task_seeds is not None else self.draw_task_seeds(
+            num_tasks or int(self.config.num_tasks_per_iteration))
+        roots = {}
+        for seed in seeds:
+            env = self.env.clone()
+            env.reset(seed=int(seed))
+            roots[f"{self.config.env}/seed={seed}"] = env
+        sampler = TreeSampler(self._generate, self.module_for_agent,
+                              num_branches=int(self.config.num_branches))
+        with torch.no_grad():
+            result = sampler.run(roots, weights_version=self.weights_version)
+        steps = sum(e.num_stages for e in result.episodes)
+        self.num_env_steps_sampled_lifetime += steps
+        return {"records": result.records, "episodes": result.episodes,
+                "weights_version": self.weights_version, "worker_index": self.worker_index or 0,
+                "env_steps": steps}
+
+    @override(EnvRunner)
+    def get_metrics(self) -> dict:
+        # Rollout metrics are computed on the driver from the returned records (see ATGRPO).
+        return {}
+
+    # ------------------------------------------------------------------ state / weight sync
+    @override(Checkpointable)
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
+        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime,
+                 WEIGHTS_SEQ_NO: self.weights_version}
+        if self.module is not None and self._check_component(
+                COMPONENT_RL_MODULE, components, not_components):
+            state[COMPONENT_RL_MODULE] = self.module.get_state(
+                components=self._get_subcomponents(COMPONENT_RL_MODULE, components),
+                not_components=self._get_subcomponents(COMPONENT_RL_MODULE, not_components))
+        return state
+
+    @override(Checkpointable)
+    def set_state(self, state: dict) -> None:
+        """Receive weights (the single place where the engine's weights change)."""
+        version = int(state.get(WEIGHTS_SEQ_NO, 0))
+        if COMPONENT_RL_MODULE in state and self.module is not None:
+            if version == 0 or version >= self.weights_version:
+                module_state = state[COMPONENT_RL_MODULE]
+                if not isinstance(module_state, dict):  # an ObjectRef from sync_weights
+                    import ray
+
+                    module_state = ray.get(module_state)
+                self.module.set_state(module_state)
+        if version > 0:
+            self.weights_version = version
+        if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
+            self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
+
+    @override(Checkpointable)
+    def get_ctor_args_and_kwargs(self):
+        return (), {"config": self.config}
+
+    @override(Checkpointable)
+    def get_checkpointable_components(self):
+        return []  # module weights are checkpointed once, by the LearnerGroup
+
+    @override(EnvRunner)
+    def stop(self) -> None:
+        self.engine = None
+        self.module = None

@@ -1,0 +1,209 @@
+"""Experiment files: YAML -> validated ``ATGRPOConfig`` + Ray Tune ``param_space``.
+
+A file names the ``ATGRPOConfig`` fluent sections to call (``environment``, ``llm``,
+``training``, ``env_runners``, ...) with their keyword arguments, the agent -> module
+``mapping``, Tune's ``stop`` criteria and checkpointing, and an optional ``grid`` over dotted
+keys. Every key is checked against the real method signatures, so a typo fails with the list
+of accepted keys before Ray starts. See ``tune_configs/plan_path_cpu.yaml``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import itertools
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
+
+TOP_LEVEL_KEYS = ("name", "description", "algorithm", "mapping", "stop", "grid",
+                  "checkpoint_frequency", "max_concurrent_trials", "num_samples")
+SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
+            "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing")
+NAMED_MAPPINGS = ("shared", "per_role")
+
+
+class ExperimentError(ValueError):
+    """A bad experiment file or override; the message names the bad value and the options."""
+
+
+class AgentModuleMap:
+    """A picklable ``policy_mapping_fn`` from a fixed agent -> module table."""
+
+    def __init__(self, table: Mapping[str, str]):
+        self.table = dict(table)
+
+    def __call__(self, agent_id, episode=None, **kwargs) -> str:
+        if agent_id not in self.table:
+            raise KeyError(f"agent {agent_id!r} has no module; mapping: {self.table}")
+        return self.table[agent_id]
+
+    def __repr__(self) -> str:
+        return f"AgentModuleMap({self.table})"
+
+
+def mapping_table(mapping: str | Mapping[str, str], agents: list[str]) -> dict[str, str]:
+    """``"shared"`` (one module for all), ``"per_role"`` (one per agent) or an explicit dict."""
+    if mapping == "shared":
+        return {agent: "shared" for agent in agents}
+    if mapping == "per_role":
+        return {agent: agent for agent in agents}
+    if isinstance(mapping, Mapping):
+        missing = [a for a in agents if a not in mapping]
+        if missing:
+            raise ExperimentError(f"mapping {dict(mapping)} misses agents {missing}; "
+                                  f"env agents: {agents}")
+        return {agent: str(mapping[agent]) for agent in agents}
+    raise ExperimentError(f"unknown mapping {mapping!r}; accepted: {NAMED_MAPPINGS} "
+                          f"or a dict agent -> module id")
+
+
+def multi_agent_kwargs(mapping, agents: list[str]) -> dict[str, Any]:
+    table = mapping_table(mapping, agents)
+    return {"policies": set(table.values()), "policy_mapping_fn": AgentModuleMap(table)}
+
+
+def _accepted_kwargs(section: str) -> set[str]:
+    method = getattr(ATGRPOConfig, section)
+    names = {n for n, p in inspect.signature(method).parameters.items()
+             if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    if section == "training":  # ATGRPOConfig.training forwards **kwargs to RLlib's
+        from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+        names |= {n for n in inspect.signature(AlgorithmConfig.training).parameters
+                  if n != "self"}
+    return names
+
+
+@dataclasses.dataclass
+class Experiment:
+    """A parsed experiment: the base config, Tune settings and the grid variants."""
+
+    name: str
+    config: ATGRPOConfig
+    stop: dict[str, Any]
+    checkpoint_frequency: int
+    max_concurrent_trials: int
+    num_samples: int
+    variants: list[dict[str, Any]]
+    document: dict[str, Any]
+
+    def param_space(self) -> dict[str, Any]:
+        """Tune's param space: a grid over whole configs (one per grid point)."""
+        from ray import tune
+
+        configs = [build_config(self.document, variant).to_dict() for variant in self.variants]
+        if len(configs) == 1:
+            return configs[0]
+        base = {key: value for key, value in configs[0].items()
+                if all(_same(c.get(key), value) for c in configs)}
+        varying = sorted({key for c in configs for key in c if key not in base})
+        base[GRID_KEY] = tune.grid_search([{k: c[k] for k in varying} for c in configs])
+        return base
+
+
+def _same(a, b) -> bool:
+    try:
+        return a == b and type(a) is type(b)
+    except Exception:
+        return False
+
+
+def set_dotted(document: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``training.lr`` -> document["algorithm"]["training"]["lr"]; ``mapping`` top-level."""
+    parts = dotted.split(".")
+    if parts[0] in SECTIONS:
+        parts = ["algorithm", *parts]
+    target = document
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ExperimentError(f"cannot set {dotted!r}: {part!r} is not a mapping")
+    target[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ExperimentError(f"--set expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw)
+
+
+def build_config(document: Mapping[str, Any], variant: Mapping[str, Any] | None = None
+                 ) -> ATGRPOConfig:
+    """Turn a validated document (plus one grid variant) into an ``ATGRPOConfig``."""
+    from pettingllms_rllib.envs.registry import make_text_env
+
+    document = copy.deepcopy(dict(document))
+    for dotted, value in (variant or {}).items():
+        set_dotted(document, dotted, value)
+    config = ATGRPOConfig()
+    for section, kwargs in (document.get("algorithm") or {}).items():
+        getattr(config, section)(**kwargs)
+    try:
+        agents = list(make_text_env(config.env, config.env_config).possible_agents)
+    except KeyError as exc:
+        raise ExperimentError(str(exc.args[0])) from exc
+    config.multi_agent(**multi_agent_kwargs(document.get("mapping", "shared"), agents))
+    return config
+
+
+def _check_document(document: Any, source: str) -> None:
+    if not isinstance(document, dict):
+        raise ExperimentError(f"{source}: expected a mapping at the top level")
+    unknown = sorted(set(document) - set(TOP_LEVEL_KEYS))
+    if unknown:
+        raise ExperimentError(f"{source}: unknown keys {unknown}; accepted: {list(TOP_LEVEL_KEYS)}")
+    sections = document.get("algorithm") or {}
+    if not isinstance(sections, dict):
+        raise ExperimentError(f"{source}: 'algorithm' must map section names to kwargs")
+    for section, kwargs in sections.items():
+        if section not in SECTIONS:
+            raise ExperimentError(f"{source}: unknown section algorithm.{section}; "
+                                  f"accepted: {list(SECTIONS)}")
+        if not isinstance(kwargs, dict):
+            raise ExperimentError(f"{source}: algorithm.{section} must be a mapping")
+        bad = sorted(set(kwargs) - _accepted_kwargs(section))
+        if bad:
+            raise ExperimentError(f"{source}: unknown keys {bad} in algorithm.{section}; "
+                                  f"accepted: {sorted(_accepted_kwargs(section))}")
+    for dotted in (document.get("grid") or {}):
+        parts = dotted.split(".")
+        if dotted != "mapping" and not (len(parts) >= 2 and parts[0] in SECTIONS and (
+                parts[1] in _accepted_kwargs(parts[0]))):
+            raise ExperimentError(f"{source}: grid key {dotted!r} is not 'mapping' or "
+                                  f"'<section>.<key>' with section in {list(SECTIONS)}")
+
+
+def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
+    """Read, override, validate. Raises :class:`ExperimentError` before any Ray work."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExperimentError(f"experiment file {str(path)!r} does not exist")
+    document = yaml.safe_load(path.read_text()) or {}
+    _check_document(document, str(path))
+    for text in overrides:
+        set_dotted(document, *parse_override(text))
+    _check_document(document, f"{path} with --set overrides")
+    grid = document.get("grid") or {}
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ExperimentError(f"grid.{key} must be a non-empty list")
+    variants = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())] or [{}]
+    for variant in variants:
+        try:
+            build_config(document, variant).validate()
+        except ExperimentError:
+            raise
+        except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
+            raise ExperimentError(f"{path}: {variant or 'config'}: {exc}") from exc
+    return Experiment(
+        name=str(document.get("name") or path.stem), config=build_config(document, variants[0]),
+        stop=dict(document.get("stop") or {"training_iteration": 10}),
+        checkpoint_frequency=int(document.get("checkpoint_frequency", 1)),
+        max_concurrent_trials=int(document.get("max_concurrent_trials", 1)),
+        num_samples=int(document.get("num_samples", 1)), variants=variants, document=document)

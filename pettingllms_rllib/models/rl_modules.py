@@ -1,0 +1,144 @@
+"""RLModules that wrap HF causal LMs, for full fine-tuning and for one LoRA adapter per module.
+
+* :class:`CausalLMRLModule`: one full model per ModuleID (``model_config`` says which).
+* :class:`LoRAAdapterRLModule`: a *view* onto one adapter of a shared peft model.
+* :class:`SharedBaseLoRAMultiRLModule`: builds ONE base model and one LoRA adapter per
+  ModuleID, so "one adapter per role on one base" costs one base model's memory.
+
+Generation is not an RLModule forward pass (it is an autoregressive loop in an engine); the
+runner hands :attr:`causal_lm` to its engine after :meth:`activate`. ``forward_train`` returns
+the log-probs of the response tokens only (see :mod:`pettingllms_rllib.models.logprobs`).
+
+``model_config`` keys (filled by ``ATGRPOConfig`` from its ``.llm()`` section):
+``model`` (a :class:`~pettingllms_rllib.models.loading.ModelSpec` field dict), ``temperature``,
+``logprob_chunk_size`` and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.annotations import override
+
+from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
+from pettingllms_rllib.models.logprobs import response_logprobs
+
+TOKEN_LOGP = "token_logp"
+
+
+def _to_torch_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v) for k, v in state.items()}
+
+
+class CausalLMRLModule(TorchRLModule):
+    """One HF causal LM per ModuleID; all its parameters are trainable (full fine-tuning)."""
+
+    @override(TorchRLModule)
+    def setup(self):
+        config = self.model_config or {}
+        self.causal_lm = load_causal_lm(ModelSpec.coerce(config.get("model")))
+        self.temperature = float(config.get("temperature", 1.0))
+        self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
+
+    def activate(self) -> None:
+        """Make this module's weights the ones the shared network computes with (LoRA hook)."""
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.causal_lm.parameters() if p.requires_grad]
+
+    @override(TorchRLModule)
+    def _forward(self, batch, **kwargs):
+        self.activate()
+        logp = response_logprobs(
+            self.causal_lm, batch["input_ids"].long(), batch["attention_mask"].long(),
+            batch["response_mask"], temperature=self.temperature,
+            chunk_size=self.logprob_chunk_size)
+        return {TOKEN_LOGP: logp}
+
+    # RLlib's default get_state converts to numpy, which fails on bf16: keep torch tensors.
+    @override(TorchRLModule)
+    def get_state(self, components=None, *, not_components=None, inference_only=False, **kwargs):
+        return {k: v.detach().cpu() for k, v in self.causal_lm.state_dict().items()}
+
+    @override(TorchRLModule)
+    def set_state(self, state) -> None:
+        self.causal_lm.load_state_dict(_to_torch_state(state))
+
+
+class LoRAAdapterRLModule(CausalLMRLModule):
+    """One LoRA adapter of a shared peft model; its state is the adapter weights only."""
+
+    @override(CausalLMRLModule)
+    def setup(self):
+        config = self.model_config or {}
+        self.causal_lm = None  # bound by SharedBaseLoRAMultiRLModule
+        self.adapter_name: str | None = None
+        self.temperature = float(config.get("temperature", 1.0))
+        self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
+
+    def bind(self, peft_model, adapter_name: str) -> None:
+        self.causal_lm = peft_model
+        self.adapter_name = adapter_name
+
+    @override(CausalLMRLModule)
+    def activate(self) -> None:
+        self.causal_lm.base_model.set_adapter(self.adapter_name)
+        # peft's set_adapter turns requires_grad off for every other adapter; another module
+        # of the same base may still need its gradients in this very update (DESIGN.md Sec. 7).
+        for name, param in self.causal_lm.named_parameters():
+            if "lora_" in name:
+                param.requires_grad_(True)
+
+    @override(CausalLMRLModule)
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        tag = f".{self.adapter_name}."
+        return [p for n, p in self.causal_lm.named_parameters() if "lora_" in n and tag in n]
+
+    @override(CausalLMRLModule)
+    def get_state(self, components=None, *, not_components=None, inference_only=False, **kwargs):
+        from peft import get_peft_model_state_dict
+
+        state = get_peft_model_state_dict(self.causal_lm, adapter_name=self.adapter_name)
+        return {k: v.detach().cpu() for k, v in state.items()}
+
+    @override(CausalLMRLModule)
+    def set_state(self, state) -> None:
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self.causal_lm, _to_torch_state(state),
+                                           adapter_name=self.adapter_name)
+        unexpected = getattr(result, "unexpected_keys", None)
+        if unexpected:
+            raise RuntimeError(f"adapter {self.adapter_name!r}: unexpected keys {unexpected[:5]}")
+
+
+DEFAULT_LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
+
+class SharedBaseLoRAMultiRLModule(MultiRLModule):
+    """One frozen base LM shared by every ModuleID, with one LoRA adapter per ModuleID."""
+
+    @override(MultiRLModule)
+    def setup(self):
+        from peft import LoraConfig, get_peft_model
+
+        specs = self.rl_module_specs
+        module_ids = sorted(specs)
+        config = {**(self.model_config or {}), **(specs[module_ids[0]].model_config or {})}
+        base = load_causal_lm(ModelSpec.coerce(config.get("model")))
+        for param in base.parameters():
+            param.requires_grad_(False)
+        lora_config = LoraConfig(**{**DEFAULT_LORA, **dict(config.get("lora") or {})})
+        peft_model = get_peft_model(base, lora_config, adapter_name=module_ids[0])
+        for module_id in module_ids[1:]:
+            peft_model.add_adapter(module_id, lora_config)
+        self._rl_modules = {}
+        for module_id in module_ids:
+            module = specs[module_id].build()
+            module.bind(peft_model, module_id)
+            self._rl_modules[module_id] = module
+        self.framework = "torch"
