@@ -1,0 +1,14 @@
+"""The task suite (installed as ``pettingllms_envs``): importing it registers every task id.
+
+Each task module exposes pure helpers (instance generation, parsing, scoring) plus one
+:class:`~pettingllms_rllib.envs.TextParallelEnv` subclass; only this file registers them, so a
+module can be imported for its helpers without side effects on the registry.
+"""
+
+from pettingllms_rllib.envs import register_text_env
+
+from pettingllms_envs.plan_path import PlanPathEnv
+
+register_text_env("plan_path_v0", PlanPathEnv)
+
+__all__ = ["PlanPathEnv"]

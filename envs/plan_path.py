@@ -1,0 +1,529 @@
+"""Plan-Path (``plan_path_v0``): a tool agent and a planner move an agent to a goal on a grid.
+
+The paper's Plan-Path task (PettingLLMs / AT-GRPO, arXiv 2510.11062): the *tool* agent writes a
+Python program (e.g. a BFS) that prints a move list, the program runs in the sandbox, and the
+*planner* reads the program's output and commits the moves. Everything that decides a reward is
+a pure function here (grid generation, BFS, parsing, move simulation), so it is unit-testable
+without the env and the tool's score is exactly "what the planner would get for these moves".
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
+from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
+
+logger = logging.getLogger(__name__)
+
+Position = tuple[int, int]
+WALL, OPEN, AGENT, GOAL = "#", ".", "A", "G"
+#: Move letter -> (row delta, col delta); row 0 is the top row.
+MOVES: dict[str, Position] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+_MOVE_WORDS = {"u": "U", "up": "U", "d": "D", "down": "D",
+               "l": "L", "left": "L", "r": "R", "right": "R"}
+_TOKEN = re.compile(r"[^\s,;]+")
+_TOKEN_STRIP = "[](){}<>'\"`*.!?:-"
+_COMPACT = re.compile(r"[UDLR]+")
+_MOVES_LABEL = re.compile(r"\bmoves\s*:", re.IGNORECASE)
+_PYTHON_LANGS = frozenset({"python", "py", "python3"})
+MAX_PARSED_MOVES = 10_000
+_REPORT_CHARS = 600
+
+
+# ------------------------------------------------------------------------------ task instances
+@dataclasses.dataclass(frozen=True)
+class GridTask:
+    """One instance: ``grid`` rows of ``#``/``.``, ``start`` and ``goal`` as (row, col)."""
+
+    grid: tuple[str, ...]
+    start: Position
+    goal: Position
+
+    @property
+    def size(self) -> int:
+        return len(self.grid)
+
+
+def is_open(grid: Sequence[str], pos: Position) -> bool:
+    """True if ``pos`` is on the grid and not a wall."""
+    row, col = pos
+    return 0 <= row < len(grid) and 0 <= col < len(grid[row]) and grid[row][col] != WALL
+
+
+def bfs_distances(grid: Sequence[str], source: Position) -> dict[Position, int]:
+    """Shortest move counts from ``source`` to every open cell reachable from it (4-neighbour)."""
+    if not is_open(grid, source):
+        return {}
+    dist = {source: 0}
+    queue = collections.deque([source])
+    while queue:
+        row, col = queue.popleft()
+        for d_row, d_col in MOVES.values():
+            nxt = (row + d_row, col + d_col)
+            if nxt not in dist and is_open(grid, nxt):
+                dist[nxt] = dist[(row, col)] + 1
+                queue.append(nxt)
+    return dist
+
+
+def shortest_path(grid: Sequence[str], start: Position, goal: Position) -> list[str] | None:
+    """One shortest move list from ``start`` to ``goal`` (``[]`` if equal, None if unreachable).
+
+    Ties are broken in the fixed order U, D, L, R so the answer is deterministic.
+    """
+    dist = bfs_distances(grid, goal)
+    if start not in dist:
+        return None
+    path, pos = [], start
+    while pos != goal:
+        for letter, (d_row, d_col) in MOVES.items():
+            nxt = (pos[0] + d_row, pos[1] + d_col)
+            if dist.get(nxt) == dist[pos] - 1:
+                path.append(letter)
+                pos = nxt
+                break
+    return path
+
+
+def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
+                  *, max_attempts: int = 200) -> GridTask:
+    """Sample walls with probability ``wall_prob``, then distinct open start/goal cells joined by
+    a path; resample until one exists. After ``max_attempts`` (only reachable with extreme wall
+    densities) the last sample gets an L-shaped corridor carved from start to goal, so generation
+    always terminates and stays a deterministic function of the RNG."""
+    if size < 2:
+        raise ValueError(f"grid size must be >= 2, got {size}")
+    for attempt in range(max_attempts):
+        walls = rng.random((size, size)) < wall_prob
+        open_cells = np.argwhere(~walls)
+        if len(open_cells) < 2 and attempt < max_attempts - 1:
+            continue
+        if len(open_cells) >= 2:
+            first, second = rng.choice(len(open_cells), size=2, replace=False)
+            start, goal = tuple(map(int, open_cells[first])), tuple(map(int, open_cells[second]))
+        else:
+            start, goal = (0, 0), (size - 1, size - 1)
+        grid = tuple("".join(WALL if w else OPEN for w in row) for row in walls)
+        if start in bfs_distances(grid, goal):
+            return GridTask(grid, start, goal)
+    rows = [list(row) for row in grid]
+    (r0, c0), (r1, c1) = start, goal
+    for col in range(min(c0, c1), max(c0, c1) + 1):
+        rows[r0][col] = OPEN
+    for row in range(min(r0, r1), max(r0, r1) + 1):
+        rows[row][c1] = OPEN
+    logger.debug("plan_path: carved a corridor after %d attempts", max_attempts)
+    return GridTask(tuple("".join(r) for r in rows), start, goal)
+
+
+def render_grid(grid: Sequence[str], position: Position, goal: Position) -> str:
+    """ASCII picture: ``#`` wall, ``.`` open, ``A`` the agent, ``G`` the goal."""
+    rows = [list(row) for row in grid]
+    rows[goal[0]][goal[1]] = GOAL
+    rows[position[0]][position[1]] = AGENT
+    return "\n".join("".join(r) for r in rows)
+
+
+# ------------------------------------------------------------------------------ parsing
+def parse_move_tokens(text: str) -> ParseResult:
+    """Read moves from free text: U/D/L/R letters or up/down/left/right words (any case),
+    separated by spaces, commas or semicolons; brackets, quotes and ``*`` around tokens are
+    ignored and an upper-case run like ``RRD`` is three moves. Any other token is an error."""
+    moves: list[str] = []
+    for match in _TOKEN.finditer(text):  # lazy: a bad first token costs nothing to reject
+        token = match.group().strip(_TOKEN_STRIP)
+        if not token:
+            continue
+        word = _MOVE_WORDS.get(token.lower()) if len(token) <= 5 else None
+        if word:
+            moves.append(word)
+        elif len(token) <= MAX_PARSED_MOVES and _COMPACT.fullmatch(token):
+            moves.extend(token)
+        else:
+            return ParseResult(error=f"not a move: {token[:40]!r}")
+        if len(moves) > MAX_PARSED_MOVES:
+            return ParseResult(error=f"more than {MAX_PARSED_MOVES} moves")
+    if not moves:
+        return ParseResult(error="no moves given")
+    return ParseResult(value=tuple(moves))
+
+
+def parse_planner_answer(text: str) -> ParseResult:
+    """The planner's answer: the moves on the LAST line containing ``Moves:`` (any case)."""
+    last = None
+    for last in _MOVES_LABEL.finditer(text):
+        pass
+    if last is None:
+        return ParseResult(error="no 'Moves:' line")
+    line_end = text.find("\n", last.end())
+    return parse_move_tokens(text[last.end(): line_end if line_end >= 0 else len(text)])
+
+
+def parse_program_output(stdout: str) -> ParseResult:
+    """The tool program's stdout: a ``Moves:`` line if there is one, else all of stdout."""
+    if _MOVES_LABEL.search(stdout):
+        return parse_planner_answer(stdout)
+    result = parse_move_tokens(stdout)
+    return result if result.ok or stdout.strip() else ParseResult(error="program printed nothing")
+
+
+def extract_python_code(text: str) -> ParseResult:
+    """The LAST complete ```python (or ```py / ```python3) fenced block of a response.
+
+    A line scanner, not a regex, so hostile input (thousands of unclosed fences) stays linear.
+    Blocks in other languages are skipped; an unclosed block does not count.
+    """
+    blocks: list[str] = []
+    lang: str | None = None
+    body: list[str] = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        fence = stripped.startswith("```") and len(stripped) < 64
+        tag = stripped.lstrip("`").strip().lower() if fence else ""
+        if lang is None:
+            if fence:
+                lang, body = tag, []
+        elif fence and not tag:
+            if lang in _PYTHON_LANGS:
+                blocks.append("\n".join(body))
+            lang = None
+        else:
+            body.append(line.rstrip("\r"))
+    if not blocks:
+        return ParseResult(error="no complete ```python code block")
+    if not blocks[-1].strip():
+        return ParseResult(error="empty ```python code block")
+    return ParseResult(value=blocks[-1])
+
+
+# ------------------------------------------------------------------------------ scoring
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    """Coefficients of the shaped move reward (see :func:`simulate_moves`)."""
+
+    step_cost: float = 0.05
+    invalid_move_penalty: float = 0.2
+    shaping_coef: float = 0.1
+    goal_bonus: float = 1.0
+    optimal_bonus: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveOutcome:
+    """Result of applying a move list: where the agent ends, the shaped reward, what happened."""
+
+    position: Position
+    reward: float
+    applied: tuple[str, ...]
+    reached_goal: bool
+    optimal: bool
+    invalid_move: str | None
+    ignored: int
+
+    def describe(self) -> str:
+        parts = [f"{len(self.applied)} move(s) applied, now at {self.position}"]
+        if self.invalid_move:
+            parts.append(self.invalid_move)
+        if self.ignored:
+            parts.append(f"{self.ignored} move(s) ignored")
+        if self.reached_goal:
+            parts.append("goal reached" + (" on a shortest path" if self.optimal else ""))
+        return "; ".join(parts)
+
+
+def simulate_moves(grid: Sequence[str], position: Position, goal: Position,
+                   moves: Sequence[str], *, distances: Mapping[Position, int],
+                   rewards: RewardConfig, moves_before: int, optimal_length: int,
+                   max_moves: int | None = None) -> MoveOutcome:
+    """Apply ``moves`` from ``position`` and score them (pure; the env and the tool share it).
+
+    Per move: ``-step_cost``; a move into a wall or off the grid also costs
+    ``invalid_move_penalty``, leaves the position and stops the list; a valid move adds
+    ``shaping_coef * (d_before - d_after)`` with ``d`` the BFS distance to the goal
+    (``distances``). Reaching the goal adds ``goal_bonus``, plus ``optimal_bonus`` when the
+    episode's valid moves (``moves_before`` + these) equal ``optimal_length``, and stops.
+    Moves beyond ``max_moves`` are ignored (counted in ``ignored``).
+    """
+    limit = len(moves) if max_moves is None else max(0, min(len(moves), max_moves))
+    pos, reward, applied = position, 0.0, []
+    invalid, reached, optimal, used = None, False, False, 0
+    for index, letter in enumerate(moves[:limit]):
+        used = index + 1
+        reward -= rewards.step_cost
+        d_row, d_col = MOVES[letter]
+        nxt = (pos[0] + d_row, pos[1] + d_col)
+        if not is_open(grid, nxt):
+            reward -= rewards.invalid_move_penalty
+            on_grid = 0 <= nxt[0] < len(grid) and 0 <= nxt[1] < len(grid[0])
+            where = "into a wall" if on_grid else "off the grid"
+            invalid = f"move {index + 1} ({letter}) from {pos} goes {where}; stopped there"
+            break
+        before, after = distances.get(pos), distances.get(nxt)
+        if before is not None and after is not None:
+            reward += rewards.shaping_coef * (before - after)
+        pos = nxt
+        applied.append(letter)
+        if pos == goal:
+            reached = True
+            reward += rewards.goal_bonus
+            if moves_before + len(applied) == optimal_length:
+                optimal = True
+                reward += rewards.optimal_bonus
+            break
+    return MoveOutcome(pos, reward, tuple(applied), reached, optimal, invalid, len(moves) - used)
+
+
+# ------------------------------------------------------------------------------ the env
+_TOOL = Role(
+    name="tool",
+    description="Writes a Python program (in a ```python block) that prints the shortest move "
+                "list from the agent to the goal; the program runs in a sandbox.",
+    parse=extract_python_code,
+)
+_PLANNER = Role(
+    name="planner",
+    description="Reads the tool's program output and answers the moves as 'Moves: R D ...'.",
+    parse=parse_planner_answer,
+)
+
+
+class PlanPathEnv(TextParallelEnv):
+    """Env card: ``plan_path_v0``.
+
+    Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
+    (``workflow = [("tool",), ("planner",)]``).
+
+    * ``tool``: writes a program in a ```python fenced block that prints the shortest move list
+      from the current position (e.g. ``print("R D D")``). It runs in :mod:`~pettingllms_envs.
+      sandbox` with ``sandbox_limits``. Local reward: the shaped score the printed moves *would*
+      earn if the planner played them now (simulated; the state does not change), or
+      ``invalid_action_penalty`` if there is no code block, the program fails or times out, or
+      its output is not a move list.
+    * ``planner``: sees the tool's latest output (or error) and answers a line ``Moves: R D ...``
+      (the last such line counts; letters U/D/L/R or words up/down/left/right, any case,
+      separated by spaces or commas). No such line or no moves: parse error,
+      ``invalid_action_penalty``, state unchanged. Otherwise local reward = the shaped score of
+      applying the moves (:func:`simulate_moves`): ``-step_cost`` per move, ``-invalid_move_
+      penalty`` for a move into a wall/off the grid (which also stops the answer),
+      ``shaping_coef * (d_before - d_after)`` per valid move (BFS distance to the goal),
+      ``goal_bonus`` on reaching the goal plus ``optimal_bonus`` if the episode's valid moves
+      equal the shortest path length from the start. At most ``max_moves_per_turn`` moves apply.
+
+    Spaces: ``gymnasium.spaces.Text`` for both; observations are prompts showing the ASCII grid
+    (``#`` wall, ``.`` open, ``A`` agent, ``G`` goal), the current position and goal as
+    (row, col), the turn, the moves so far, the move letters and the role's instruction.
+
+    Reward: ``alpha * team + local``; team = 1.0 if the agent stands on the goal, else 0.0
+    (given to the acting agent of each stage); ``success`` = on the goal.
+
+    Termination: terminated when the goal is reached; truncated after ``max_turns`` turns.
+
+    Instances: ``reset(seed=s)`` draws walls (probability ``wall_prob``), then distinct open start
+    and goal cells joined by a path, from ``np.random.default_rng(s)``; same seed, same grid.
+
+    Args (keyword-only, defaults = the paper's setting):
+        grid_size: side of the square grid (10; >= 2).
+        wall_prob: probability that a cell is a wall (0.22; in [0, 1)).
+        max_turns: turns T (3). alpha: team-reward weight (1.0).
+        invalid_action_penalty: local reward of an unusable response (-1.0).
+        max_moves_per_turn: moves applied per answer (default 4 * grid_size).
+        sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
+            256 MB).
+        step_cost (0.05), invalid_move_penalty (0.2), shaping_coef (0.1), goal_bonus (1.0),
+            optimal_bonus (0.5): reward coefficients, all >= 0.
+        code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
+            executor, or a fake in tests).
+    """
+
+    metadata = {"name": "plan_path_v0"}
+    possible_agents = ["tool", "planner"]
+    roles = {"tool": _TOOL, "planner": _PLANNER}
+    workflow = [("tool",), ("planner",)]
+
+    def __init__(self, *, grid_size: int = 10, wall_prob: float = 0.22, max_turns: int = 3,
+                 alpha: float = 1.0, invalid_action_penalty: float = -1.0,
+                 max_moves_per_turn: int | None = None,
+                 sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
+                 shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
+                 code_runner: Callable[[str], SandboxResult] | None = None):
+        self.grid_size = _check_int("grid_size", grid_size, minimum=2)
+        self.wall_prob = _check_float("wall_prob", wall_prob)
+        if not 0.0 <= self.wall_prob < 1.0:
+            raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
+        _check_int("max_turns", max_turns, minimum=1)
+        self.max_moves_per_turn = _check_int(
+            "max_moves_per_turn",
+            4 * self.grid_size if max_moves_per_turn is None else max_moves_per_turn, minimum=1)
+        self.reward_config = RewardConfig(**{
+            name: _check_float(name, value, non_negative=True) for name, value in (
+                ("step_cost", step_cost), ("invalid_move_penalty", invalid_move_penalty),
+                ("shaping_coef", shaping_coef), ("goal_bonus", goal_bonus),
+                ("optimal_bonus", optimal_bonus))})
+        self.sandbox_limits = _check_limits(sandbox_limits)
+        if code_runner is not None and not callable(code_runner):
+            raise ValueError("code_runner must be callable (code -> SandboxResult)")
+        self.code_runner = code_runner
+        super().__init__(alpha=_check_float("alpha", alpha), max_turns=max_turns,
+                         invalid_action_penalty=_check_float("invalid_action_penalty",
+                                                             invalid_action_penalty),
+                         max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
+        self.task: GridTask | None = None
+        self.position: Position = (0, 0)
+        self.moves_taken: list[str] = []
+        self.distances: dict[Position, int] = {}
+        self.optimal_length = 0
+        self.tool_report = "(the tool has not run yet)"
+
+    # ------------------------------------------------------------------ hooks
+    def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:
+        """A seeded random instance, or a given one: ``reset(options={"task": GridTask(...)})``
+        (or a dict with ``grid``, ``start``, ``goal``) for evaluation sets and hand-made tests."""
+        given = options.get("task")
+        if given is None:
+            self.task = generate_task(self.np_random, self.grid_size, self.wall_prob)
+        else:
+            self.task = _check_task(given)
+        self.position = self.task.start
+        self.moves_taken = []
+        self.distances = bfs_distances(self.task.grid, self.task.goal)
+        self.optimal_length = self.distances[self.task.start]
+        self.tool_report = "(the tool has not run yet)"
+
+    def _observe(self, agent: str) -> str:
+        task = self.task
+        taken = " ".join(self.moves_taken) if self.moves_taken else "none"
+        lines = [
+            f"Plan-Path: move the agent A to the goal G on this {task.size}x{task.size} grid.",
+            "Legend: '#' wall, '.' open, 'A' agent (current position), 'G' goal. "
+            "Positions are (row, col), 0-based, row 0 at the top.",
+            render_grid(task.grid, self.position, task.goal),
+            f"Current position: {self.position}. Goal: {task.goal}.",
+            f"Turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}. "
+            f"Moves taken so far ({len(self.moves_taken)}): {taken}.",
+            "Move letters: U = up (row-1), D = down (row+1), L = left (col-1), "
+            "R = right (col+1). "
+            "Walls and the grid edge block moves.",
+        ]
+        if agent == "tool":
+            lines.append(
+                "You are the tool agent. Write a Python program in a ```python fenced block that "
+                "computes the shortest path (e.g. breadth-first search) from the current position "
+                "to the goal on this grid (embed the grid in the program; it gets no input) and "
+                'prints the moves on one line, e.g. print("R D D L"). It runs in a sandbox with a '
+                f"{self.sandbox_limits.wall_time_s:g} s limit.")
+        else:
+            lines += [
+                f"Tool agent's latest result:\n{self.tool_report}",
+                "You are the planner. Decide the moves from the current position to the goal "
+                f"(at most {self.max_moves_per_turn}) and end with one line 'Moves: <moves>', "
+                "e.g. 'Moves: R D D L'.",
+            ]
+        return "\n".join(lines)
+
+    def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
+                     raw: Mapping[str, str]) -> StageOutcome:
+        agent = stage[0]
+        if agent == "tool":
+            local, feedback = self._run_tool(parsed["tool"])
+        else:
+            local, feedback = self._apply_planner(parsed["planner"])
+        success = self.position == self.task.goal
+        return StageOutcome(local={agent: local}, team=1.0 if success else 0.0, success=success,
+                            terminated=success, feedback={agent: feedback})
+
+    # ------------------------------------------------------------------ stages
+    def _simulate(self, moves: Sequence[str]) -> MoveOutcome:
+        return simulate_moves(self.task.grid, self.position, self.task.goal, moves,
+                              distances=self.distances, rewards=self.reward_config,
+                              moves_before=len(self.moves_taken),
+                              optimal_length=self.optimal_length,
+                              max_moves=self.max_moves_per_turn)
+
+    def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
+        if not parsed.ok:
+            self.tool_report = f"No program ran: {parsed.error}."
+            return self.invalid_action_penalty, self.tool_report
+        try:
+            if self.code_runner is not None:
+                result = self.code_runner(parsed.value)
+            else:
+                result = run_python(parsed.value, limits=self.sandbox_limits)
+        except Exception as exc:  # an executor failure must not crash a training run
+            logger.warning("plan_path: code runner raised %r", exc)
+            self.tool_report = f"The program could not be run ({type(exc).__name__})."
+            return self.invalid_action_penalty, self.tool_report
+        if not result.ok:
+            self.tool_report = "The program failed: " + _clip(result.describe_failure())
+            return self.invalid_action_penalty, self.tool_report
+        moves = parse_program_output(result.stdout)
+        output = _clip(result.stdout.strip()) or "(nothing)"
+        if not moves.ok:
+            self.tool_report = f"The program printed:\n{output}\n(not a move list: {moves.error})"
+            return self.invalid_action_penalty, self.tool_report
+        self.tool_report = f"The program printed:\n{output}"
+        outcome = self._simulate(moves.value)
+        return outcome.reward, f"{self.tool_report}\nIf played now: {outcome.describe()}."
+
+    def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
+        if not parsed.ok:
+            return self.invalid_action_penalty, f"Answer not understood: {parsed.error}."
+        outcome = self._simulate(parsed.value)
+        self.position = outcome.position
+        self.moves_taken.extend(outcome.applied)
+        return outcome.reward, outcome.describe() + "."
+
+
+# ------------------------------------------------------------------------------ validation
+def _clip(text: str, limit: int = _REPORT_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + " ...[truncated]"
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+            or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if non_negative and value < 0:
+        raise ValueError(f"{name} must be >= 0 (it is a magnitude), got {value!r}")
+    return float(value)
+
+
+def _check_task(task: GridTask | Mapping[str, Any]) -> GridTask:
+    if isinstance(task, Mapping):
+        task = GridTask(tuple(task["grid"]), tuple(task["start"]), tuple(task["goal"]))
+    if not isinstance(task, GridTask):
+        raise ValueError(f"options['task'] must be a GridTask or a dict, got {type(task).__name__}")
+    grid = tuple(str(row) for row in task.grid)
+    if len(grid) < 2 or any(len(row) != len(grid) or set(row) - {WALL, OPEN} for row in grid):
+        raise ValueError("options['task'].grid must be a square of '#'/'.' rows, side >= 2")
+    start, goal = (tuple(int(v) for v in task.start), tuple(int(v) for v in task.goal))
+    if start == goal or start not in bfs_distances(grid, goal):
+        raise ValueError(f"options['task']: no path from start {start} to a distinct goal {goal}")
+    return GridTask(grid, start, goal)
+
+
+def _check_limits(limits: SandboxLimits | Mapping[str, Any] | None) -> SandboxLimits:
+    if limits is None:
+        return SandboxLimits(wall_time_s=3.0, cpu_time_s=3.0, memory_mb=256)
+    if isinstance(limits, SandboxLimits):
+        return limits
+    if isinstance(limits, Mapping):
+        try:
+            return SandboxLimits(**dict(limits))
+        except TypeError as exc:
+            raise ValueError(f"bad sandbox_limits: {exc}") from exc
+    raise ValueError(f"sandbox_limits must be SandboxLimits or a dict, got {type(limits).__name__}")

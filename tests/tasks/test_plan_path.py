@@ -1,0 +1,346 @@
+"""Plan-Path: conformance, instance generation, parsing, reward arithmetic and hostile input."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pettingzoo.test import parallel_api_test
+
+from pettingllms_envs.plan_path import (
+    GridTask,
+    PlanPathEnv,
+    bfs_distances,
+    extract_python_code,
+    generate_task,
+    parse_move_tokens,
+    parse_planner_answer,
+    parse_program_output,
+    shortest_path,
+)
+from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
+from pettingllms_rllib.envs import ParseResult, check_clone_contract, check_text_env, make_text_env
+
+FAST = SandboxLimits(wall_time_s=2, cpu_time_s=2, memory_mb=256)
+# A hand-made 4x4 instance. Shortest path from (0, 0) to (3, 3): 6 moves, e.g. R R R D D D.
+GRID = ("....",
+        ".##.",
+        ".#..",
+        "....")
+TASK = GridTask(GRID, (0, 0), (3, 3))
+
+
+def _env(**kwargs) -> PlanPathEnv:
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, **kwargs)
+    env.reset(seed=0, options={"task": TASK})
+    return env
+
+
+def _program(moves: str) -> str:
+    return f"Here is my BFS.\n```python\nprint({moves!r})\n```\n"
+
+
+def _solving_actions(env: PlanPathEnv, step: int) -> dict[str, str]:
+    """Correct tool code and planner answers (so the clone contract runs the real sandbox)."""
+    path = " ".join(shortest_path(env.task.grid, env.position, env.task.goal))
+    return {"tool": _program(path), "planner": f"Moves: {path}"}
+
+
+# ------------------------------------------------------------------------------ conformance
+def test_pettingzoo_parallel_api():
+    parallel_api_test(PlanPathEnv(sandbox_limits=FAST), num_cycles=30)
+
+
+def test_text_env_conformance_suite():
+    check_text_env(lambda: PlanPathEnv(grid_size=6, sandbox_limits=FAST), seeds=(0, 1, 2))
+
+
+def test_clone_contract_with_real_sandbox_runs():
+    env = PlanPathEnv(grid_size=6, sandbox_limits=FAST, max_turns=2)
+    check_clone_contract(env, seed=5, action_fn=_solving_actions, clone_after_steps=(0, 1))
+
+
+def test_registered_id_builds_the_env_and_rejects_bad_config():
+    env = make_text_env("plan_path_v0", {"grid_size": 5, "sandbox_limits": {"wall_time_s": 1}})
+    assert isinstance(env, PlanPathEnv) and env.sandbox_limits.wall_time_s == 1
+    with pytest.raises(ValueError):
+        make_text_env("plan_path_v0", {"no_such_arg": 1})
+
+
+@pytest.mark.parametrize("bad", [
+    {"grid_size": 1}, {"grid_size": 2.5}, {"grid_size": True}, {"wall_prob": 1.0},
+    {"wall_prob": -0.1}, {"max_turns": 0}, {"max_moves_per_turn": 0}, {"step_cost": -0.1},
+    {"goal_bonus": float("nan")}, {"alpha": "1"}, {"sandbox_limits": "fast"},
+    {"sandbox_limits": {"bogus": 1}}, {"sandbox_limits": {"wall_time_s": 0}},
+    {"code_runner": 3},
+])
+def test_constructor_validates_arguments(bad):
+    with pytest.raises(ValueError):
+        PlanPathEnv(**bad)
+
+
+def test_defaults_match_the_paper():
+    env = PlanPathEnv()
+    assert env.grid_size == 10 and env.wall_prob == 0.22 and env.max_turns == 3
+    assert env.max_moves_per_turn == 40 and env.workflow == [("tool",), ("planner",)]
+    assert env.sandbox_limits.wall_time_s == 3 and env.sandbox_limits.memory_mb == 256
+
+
+# ------------------------------------------------------------------------------ instances
+def test_seeds_reproduce_identical_instances():
+    tasks = []
+    for seed in range(20):
+        first, second = PlanPathEnv(), PlanPathEnv()
+        obs_a, _ = first.reset(seed=seed)
+        obs_b, _ = second.reset(seed=seed)
+        assert first.task == second.task and obs_a == obs_b
+        tasks.append(first.task)
+    assert len(set(tasks)) == len(tasks)
+
+
+@pytest.mark.parametrize("size", [2, 3, 5, 10, 16])
+@pytest.mark.parametrize("wall_prob", [0.0, 0.22, 0.5, 0.8, 0.97])
+def test_every_generated_grid_has_a_path(size, wall_prob):
+    for seed in range(40):
+        task = generate_task(np.random.default_rng(seed), size, wall_prob)
+        assert task.size == size and all(len(row) == size for row in task.grid)
+        assert task.start != task.goal
+        assert task.grid[task.start[0]][task.start[1]] == "."
+        assert task.grid[task.goal[0]][task.goal[1]] == "."
+        path = shortest_path(task.grid, task.start, task.goal)
+        assert path is not None and len(path) == bfs_distances(task.grid, task.goal)[task.start]
+
+
+def test_bfs_and_shortest_path_on_a_known_grid():
+    dist = bfs_distances(GRID, (3, 3))
+    assert dist[(0, 0)] == 6 and dist[(3, 3)] == 0 and (1, 1) not in dist
+    assert shortest_path(GRID, (0, 0), (3, 3)) == ["D", "D", "D", "R", "R", "R"]
+    assert shortest_path(GRID, (2, 2), (2, 2)) == []
+    assert shortest_path(("..", "##"), (0, 0), (1, 0)) is None
+
+
+# ------------------------------------------------------------------------------ parsing
+@pytest.mark.parametrize("text, moves", [
+    ("Moves: R D", "RD"), ("moves: up, LEFT,down", "ULD"), ("MOVES : [R, D, 'L']", "RDL"),
+    ("**Moves:** R D", "RD"), ("Moves: RRD", "RRD"), ("Moves: right; right", "RR"),
+    ("Moves: U\nthinking...\nFinal answer. Moves: D D", "DD"), ("Moves: R D.", "RD"),
+])
+def test_planner_answers_that_parse(text, moves):
+    assert parse_planner_answer(text) == ParseResult(value=tuple(moves))
+
+
+@pytest.mark.parametrize("text", [
+    "", "go right then down", "Moves:", "Moves: ", "Moves: R X", "Moves: north",
+    "Moves taken so far: R", "Moves: R D\nMoves: nope",
+])
+def test_planner_answers_that_do_not_parse(text):
+    result = parse_planner_answer(text)
+    assert not result.ok and result.value is None and result.error
+
+
+def test_code_extraction_takes_the_last_complete_python_block():
+    text = ("```python\nprint('first')\n```\n```text\nnot code\n```\n"
+            "```py\nprint('second')\n```\n```python\nprint('unclosed')\n")
+    assert extract_python_code(text).value == "print('second')"
+    assert extract_python_code("```python3\nx = 1\n```").value == "x = 1"
+    assert not extract_python_code("print('R')").ok
+    assert not extract_python_code("```python\n\n```").ok
+    assert not extract_python_code("```bash\nls\n```").ok
+
+
+@pytest.mark.parametrize("stdout, moves", [
+    ("R D\n", "RD"), ("['R', 'D']\n", "RD"), ("R\nD\n", "RD"), ("BFS done\nMoves: L", "L"),
+    ("up down", "UD"),
+])
+def test_program_output_that_parses(stdout, moves):
+    assert parse_program_output(stdout).value == tuple(moves)
+
+
+@pytest.mark.parametrize("stdout", ["", "  \n", "path found\nR D", "None", "[]"])
+def test_program_output_that_does_not_parse(stdout):
+    assert not parse_program_output(stdout).ok
+
+
+# ------------------------------------------------------------------------------ rewards
+def test_known_optimal_solve_gets_goal_and_optimal_bonus():
+    env = _env()
+    env.step({"tool": "no code here"})
+    _, rewards, terms, truncs, infos = env.step({"planner": "Moves: R R R D D D"})
+    shaped = 6 * (-0.05 + 0.1)
+    assert infos["planner"]["reward_local"] == pytest.approx(shaped + 1.0 + 0.5)
+    assert infos["planner"]["reward_team"] == 1.0 and infos["planner"]["success"]
+    assert rewards["planner"] == pytest.approx(1.0 + shaped + 1.5)
+    assert all(terms.values()) and not any(truncs.values()) and env.agents == []
+    assert "shortest path" in infos["planner"]["feedback"]
+
+
+def test_a_longer_solve_gets_the_goal_bonus_only():
+    env = _env()
+    env.step({"tool": ""})
+    env.step({"planner": "Moves: R L"})  # 2 valid moves that cancel out
+    env.step({"tool": ""})
+    _, rewards, terms, _, infos = env.step({"planner": "Moves: D D D R R R"})
+    assert infos["planner"]["reward_local"] == pytest.approx(6 * (-0.05 + 0.1) + 1.0)
+    assert all(terms.values()) and env.moves_taken == list("RLDDDRRR")
+
+
+def test_invalid_move_is_penalised_does_not_move_and_stops_the_answer():
+    env = _env()
+    env.step({"tool": ""})
+    _, rewards, terms, _, infos = env.step({"planner": "Moves: R D R R"})  # (1, 1) is a wall
+    assert env.position == (0, 1) and env.moves_taken == ["R"]
+    assert infos["planner"]["reward_local"] == pytest.approx((-0.05 + 0.1) + (-0.05 - 0.2))
+    assert "wall" in infos["planner"]["feedback"] and not any(terms.values())
+    env.step({"tool": ""})
+    _, _, _, _, infos = env.step({"planner": "Moves: U"})
+    assert env.position == (0, 1) and "off the grid" in infos["planner"]["feedback"]
+    assert infos["planner"]["reward_local"] == pytest.approx(-0.25)
+
+
+def test_garbage_answer_is_a_flagged_parse_error_with_the_penalty():
+    env = _env(invalid_action_penalty=-2.0)
+    env.step({"tool": ""})
+    _, rewards, _, _, infos = env.step({"planner": "I would go right, then down."})
+    assert infos["planner"]["parse_error"] and rewards["planner"] == -2.0
+    assert env.position == (0, 0) and env.moves_taken == []
+
+
+def test_moves_beyond_the_per_turn_cap_are_ignored():
+    env = _env(max_moves_per_turn=2)
+    env.step({"tool": ""})
+    _, _, _, _, infos = env.step({"planner": "Moves: D D D R R R"})
+    assert env.position == (2, 0) and "4 move(s) ignored" in infos["planner"]["feedback"]
+
+
+def test_episode_truncates_after_max_turns():
+    env = _env(max_turns=1)
+    env.step({"tool": ""})
+    _, _, terms, truncs, infos = env.step({"planner": "Moves: D"})
+    assert all(truncs.values()) and not any(terms.values()) and not infos["planner"]["success"]
+
+
+# ------------------------------------------------------------------------------ the tool
+def test_tool_code_printing_the_right_moves_scores_as_the_planner_would():
+    env = _env()
+    obs, rewards, _, _, infos = env.step({"tool": _program("D D D R R R")})
+    assert infos["tool"]["parse_error"] is None and env.position == (0, 0)  # simulated only
+    tool_local = infos["tool"]["reward_local"]
+    assert tool_local == pytest.approx(6 * 0.05 + 1.5) and rewards["tool"] == tool_local
+    assert "D D D R R R" in env._observe("planner")  # the planner sees the program's output
+    _, _, _, _, infos = env.step({"planner": "Moves: D D D R R R"})
+    assert infos["planner"]["reward_local"] == pytest.approx(tool_local)
+
+
+@pytest.mark.parametrize("response, reason", [
+    ("I'd use BFS.", "no program"),
+    ("```python\nraise SystemExit(3)\n```", "exit code 3"),
+    ("```python\n1/0\n```", "ZeroDivisionError"),
+    ("```python\nprint('the path is long')\n```", "not a move list"),
+    ("```python\npass\n```", "not a move list"),
+])
+def test_tool_failures_get_the_penalty_and_are_reported_to_the_planner(response, reason):
+    env = _env()
+    obs, rewards, _, _, infos = env.step({"tool": response})
+    assert rewards["tool"] == env.invalid_action_penalty
+    assert reason.lower() in obs["planner"].lower()
+
+
+def test_tool_infinite_loop_is_a_failure_not_a_hang():
+    env = PlanPathEnv(grid_size=4, sandbox_limits=SandboxLimits(wall_time_s=1, cpu_time_s=5))
+    env.reset(seed=0, options={"task": TASK})
+    started = time.monotonic()
+    obs, rewards, _, _, infos = env.step({"tool": "```python\nwhile True:\n    pass\n```"})
+    assert time.monotonic() - started < 5
+    assert rewards["tool"] == env.invalid_action_penalty and "timed out" in infos["tool"]["feedback"]
+    assert "timed out" in obs["planner"]
+
+
+def test_code_runner_exceptions_are_contained():
+    def broken(code):
+        raise RuntimeError("executor down")
+
+    env = _env(code_runner=broken)
+    _, rewards, _, _, infos = env.step({"tool": _program("R")})
+    assert rewards["tool"] == env.invalid_action_penalty and "RuntimeError" in infos["tool"]["feedback"]
+
+
+# ------------------------------------------------------------------------------ prompts
+def test_current_position_appears_in_every_prompt():
+    env = PlanPathEnv(grid_size=6, sandbox_limits=FAST, max_turns=3)
+    obs, _ = env.reset(seed=11)
+    answers = iter(["Moves: U", "Moves: L L", "Moves: D R", "Moves: R"])
+    while True:
+        for agent, text in obs.items():
+            row, col = env.position
+            assert f"Current position: ({row}, {col})" in text, agent
+            grid_lines = [line for line in text.splitlines() if len(line) == 6 and "A" in line]
+            assert len(grid_lines) == 1 and grid_lines[0][col] == "A"
+            assert f"Goal: {env.task.goal}" in text and "You are the" in text
+        if not env.agents:
+            break
+        agent = env.acting_agents()[0]
+        action = _program("R") if agent == "tool" else next(answers)
+        obs, *_ = env.step({agent: action})
+
+
+# ------------------------------------------------------------------------------ hostile input
+_PIECES = ["```python\n", "```py\n", "```", "```\n", "\n", "Moves:", "moves :", "R", "d", "up",
+           "LEFT", ",", " ", "print('R D')", "while True: pass", "\x00", "\ufffd", "é", "🙂",
+           "\r\n", "[", "]", "'", "**", "MOVES: ", "x" * 50, "```python\nprint('U')\n```"]
+_hostile = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.sampled_from(_PIECES), max_size=40).map("".join),
+    st.tuples(st.text(max_size=12), st.integers(50, 1000)).map(lambda p: p[0] * p[1]),
+    st.sampled_from(["", " ", "\n" * 1000, "```" * 2000, "Moves:" * 3000, "Moves: " + "R " * 20000,
+                     "```python\n" * 500 + "print(1)\n" + "```\n" * 500]),
+)
+
+
+@settings(max_examples=2000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_hostile)
+def test_parsers_never_raise_on_hostile_text(text):
+    for parser in (parse_planner_answer, parse_move_tokens, parse_program_output,
+                   extract_python_code):
+        result = parser(text)
+        assert isinstance(result, ParseResult) and (result.ok == (result.error is None))
+    moves = parse_planner_answer(text)
+    if moves.ok:
+        assert moves.value and set(moves.value) <= set("UDLR")
+
+
+def test_parsers_stay_fast_on_megabytes_of_text():
+    started = time.monotonic()
+    for text in ("x" * 5_000_000, "Moves: " + "R" * 5_000_000, "Moves: " + "R " * 2_000_000,
+                 "```python\n" * 500_000, "moves:" * 800_000):
+        for parser in (parse_planner_answer, parse_program_output, extract_python_code):
+            assert isinstance(parser(text), ParseResult)
+    assert time.monotonic() - started < 10
+
+
+def _echo_runner(code: str) -> SandboxResult:
+    """Stand-in for the sandbox: the program 'prints' its own source, so hostile text also
+    reaches the program-output parser, without paying an interpreter start per example."""
+    return SandboxResult(stdout=code, stderr="", exit_code=0, timed_out=False,
+                         killed_by_signal=None, output_truncated=False, network_isolated=True,
+                         wall_time_s=0.0)
+
+
+_HOSTILE_ENV = PlanPathEnv(grid_size=5, sandbox_limits=FAST, code_runner=_echo_runner)
+
+
+@settings(max_examples=2000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_hostile)
+def test_env_step_never_raises_on_hostile_text(text):
+    env = _HOSTILE_ENV
+    env.reset(seed=3)
+    for agent in ("tool", "planner"):  # the same text to both roles: half the generation cost
+        obs, rewards, terms, truncs, infos = env.step({agent: text})
+        assert math.isfinite(rewards[agent])
+        for observation in obs.values():
+            assert env.observation_space(agent).contains(observation)
+        if not env.agents:
+            break

