@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 train: install
-	OMP_NUM_THREADS=2 $(VENV)/bin/pettingllms-rllib train tune_configs/plan_path_cpu.yaml --output $(OUTPUT)
+	$(VENV)/bin/pettingllms-rllib train tune_configs/plan_path_cpu.yaml --output $(OUTPUT)
 
 test: install
 	$(PY) -m pytest -q
