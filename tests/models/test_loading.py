@@ -138,6 +138,15 @@ def test_killed_conversion_leaves_no_half_cache(fake_gguf, monkeypatch):
     converted = loading.cache_root() / "converted"
     assert [p for p in converted.iterdir() if not p.name.endswith(".lock")] == []
 
+    # A SIGKILLed conversion cannot clean up: its temp folder goes on the next conversion.
+    target = loading.cache_root() / "converted" / loading._cache_key(gguf)
+    orphan = target.parent / f".{target.name}.tmp-killed"
+    orphan.mkdir()
+    monkeypatch.setattr(loading, "_convert_gguf_model",
+                        lambda path, out_dir: (out_dir / "config.json").write_text("{}"))
+    assert loading.converted_gguf_folder(gguf) == target
+    assert not orphan.exists() and (target / "config.json").is_file()
+
 
 @pytest.mark.slow
 def test_bundled_smollm2_loads_from_its_cache_and_answers(monkeypatch):
