@@ -203,7 +203,7 @@ class HFEngine:
         stop_ids = stop_ids.to(device)
         temperature = self.sampling.temperature
 
-        # Prefill each distinct prompt once.
+        # Prefill each distinct prompt once (left-padded so every row's last token is aligned).
         distinct = sorted({row.prompt_index for row in rows})
         slot_of_prompt = {prompt_index: slot for slot, prompt_index in enumerate(distinct)}
         input_ids, attention_mask = self._left_padded([prompt_ids[i] for i in distinct], device)
@@ -219,21 +219,21 @@ class HFEngine:
         attention_mask = attention_mask[branch]
         next_position = position_ids[branch, -1] + 1
 
-        live = list(range(len(rows)))  # batch slot -> index into rows
+        live = list(range(len(rows)))  # batch position -> index into rows
         finished = torch.zeros(len(rows), dtype=torch.bool, device=device)
         pad_id = int(stop_ids[0]) if len(stop_ids) else 0
         for step in range(self.sampling.max_new_tokens):
             tokens, token_logprobs = sample_tokens(logits, temperature, generator)
             stopped = torch.isin(tokens, stop_ids) & ~finished
-            for slot, token, logprob, done, was_done in zip(
+            for row_index, token, logprob, done, was_done in zip(
                     live, tokens.tolist(), token_logprobs.tolist(), stopped.tolist(),
                     finished.tolist()):
                 if was_done:
                     continue
-                rows[slot].token_ids.append(token)
-                rows[slot].logprobs.append(logprob)
+                rows[row_index].token_ids.append(token)
+                rows[row_index].logprobs.append(logprob)
                 if done:
-                    rows[slot].finish_reason = "stop"
+                    rows[row_index].finish_reason = "stop"
             finished |= stopped
             num_finished = int(finished.sum())
             if num_finished == len(live) or step + 1 == self.sampling.max_new_tokens:
@@ -253,3 +253,4 @@ class HFEngine:
                             logits_to_keep=1, **{cache_kwarg: cache})
             logits = out.logits[:, -1]
             next_position = next_position + 1
+        logger.debug("decoded %d rows of %d prompts: %d steps", len(rows), len(distinct), step + 1)

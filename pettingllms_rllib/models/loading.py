@@ -194,13 +194,20 @@ def _build_atomically(target: Path, build, description: str) -> Path:
             return target
         if target.exists():  # left over from an older, unmarked layout: rebuild it
             shutil.rmtree(target, ignore_errors=True)
+        # Holding the lock, any temp folder of this target belongs to a killed conversion.
+        for orphan in target.parent.glob(f".{target.name}.tmp-*"):
+            shutil.rmtree(orphan, ignore_errors=True)
         tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             logger.info("converting %s into %s (once; later loads reuse it)", description, target)
             build(tmp_dir)
             (tmp_dir / _COMPLETE_MARKER).write_text(json.dumps({"source": description}))
             tmp_dir.chmod(0o755)  # mkdtemp creates 0700; the cache is as readable as any file
-            os.rename(tmp_dir, target)
+            try:
+                os.rename(tmp_dir, target)
+            except OSError:
+                if not _is_complete(target):  # not a lost race with another process: re-raise
+                    raise
         finally:
             if tmp_dir.exists():
                 shutil.rmtree(tmp_dir, ignore_errors=True)
