@@ -119,7 +119,7 @@ class HFEngine:
             text = prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
             ids = tokenizer(text, add_special_tokens=True)["input_ids"]
         if len(ids) == 0:
-            raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs at least one")
+            raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs one")
         return list(ids)
 
     # ------------------------------------------------------------------ sampling

@@ -114,7 +114,7 @@ class ModelSpec:
 
 
 def cache_root() -> Path:
-    """The folder converted models live in: ``$PETTINGLLMS_CACHE`` or ``~/.cache/pettingllms_rllib``."""
+    """Where converted models live: ``$PETTINGLLMS_CACHE`` or ``~/.cache/pettingllms_rllib``."""
     configured = os.environ.get(CACHE_ENV_VAR)
     root = Path(configured) if configured else Path.home() / ".cache" / "pettingllms_rllib"
     return root.expanduser()
@@ -286,7 +286,8 @@ def resolve_model_path(name: str) -> str:
     if _looks_like_path(name):
         raise ModelNotFoundError(
             f"model path {name!r} does not exist (tried {local.resolve()}); give a folder with "
-            f"config.json and weights, a .gguf file, {BUNDLED_MODEL_NAME!r} or {TINY_RANDOM_NAME!r}")
+            f"config.json and weights, a .gguf file, {BUNDLED_MODEL_NAME!r} or "
+            f"{TINY_RANDOM_NAME!r}")
     return name  # a hub id; needs network or a populated HF cache
 
 

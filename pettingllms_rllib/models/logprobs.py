@@ -65,7 +65,8 @@ def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | 
     logits = head(states).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
-    logits = logits / temperature
+    if temperature != 1.0:  # skipping the no-op division saves one chunk x vocab tensor
+        logits = logits / temperature
     # gather - logsumexp: the same value as log_softmax(...).gather without a second [N, V] tensor.
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 

