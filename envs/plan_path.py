@@ -35,6 +35,7 @@ _COMPACT = re.compile(r"[UDLR]+")
 _MOVES_LABEL = re.compile(r"\bmoves\s*:", re.IGNORECASE)
 _PYTHON_LANGS = frozenset({"python", "py", "python3"})
 MAX_PARSED_MOVES = 10_000
+PROMPT_STYLES = ("full", "compact")
 _REPORT_CHARS = 600
 
 
@@ -339,6 +340,8 @@ class PlanPathEnv(TextParallelEnv):
             256 MB).
         step_cost (0.05), invalid_move_penalty (0.2), shaping_coef (0.1), goal_bonus (1.0),
             optimal_bonus (0.5): reward coefficients, all >= 0.
+        prompt_style: "full" (the paper-style prompt with legend, turn and move history) or
+            "compact" (a few lines: grid, positions, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
     """
@@ -354,7 +357,8 @@ class PlanPathEnv(TextParallelEnv):
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
-                 code_runner: Callable[[str], SandboxResult] | None = None):
+                 code_runner: Callable[[str], SandboxResult] | None = None,
+                 prompt_style: str = "full"):
         self.grid_size = _check_int("grid_size", grid_size, minimum=2)
         self.wall_prob = _check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
@@ -369,6 +373,9 @@ class PlanPathEnv(TextParallelEnv):
                 ("shaping_coef", shaping_coef), ("goal_bonus", goal_bonus),
                 ("optimal_bonus", optimal_bonus))})
         self.sandbox_limits = _check_limits(sandbox_limits)
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
+        self.prompt_style = prompt_style
         if code_runner is not None and not callable(code_runner):
             raise ValueError("code_runner must be callable (code -> SandboxResult)")
         self.code_runner = code_runner
@@ -399,6 +406,8 @@ class PlanPathEnv(TextParallelEnv):
         self.tool_report = "(the tool has not run yet)"
 
     def _observe(self, agent: str) -> str:
+        if self.prompt_style == "compact":
+            return self._observe_compact(agent)
         task = self.task
         taken = " ".join(self.moves_taken) if self.moves_taken else "none"
         lines = [
@@ -427,6 +436,19 @@ class PlanPathEnv(TextParallelEnv):
                 f"(at most {self.max_moves_per_turn}) and end with one line 'Moves: <moves>', "
                 "e.g. 'Moves: R D D L'.",
             ]
+        return "\n".join(lines)
+
+    def _observe_compact(self, agent: str) -> str:
+        """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
+        task = self.task
+        lines = ["Move A to G on this grid (# is a wall).",
+                 render_grid(task.grid, self.position, task.goal),
+                 f"A is at {self.position}, G is at {task.goal}. U=up, D=down, L=left, R=right."]
+        if agent == "tool":
+            lines.append('Write a ```python block that prints the moves, like: print("R D")')
+        else:
+            lines += [f"Tool: {_clip(self.tool_report, 120)}",
+                      "Answer with one line like: Moves: R D"]
         return "\n".join(lines)
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],

@@ -342,3 +342,12 @@ def test_env_step_never_raises_on_hostile_text(text):
             assert env.observation_space(agent).contains(observation)
         if not env.agents:
             break
+
+
+def test_compact_prompt_keeps_the_current_state_and_answer_format():
+    env = PlanPathEnv(grid_size=3, wall_prob=0.0, prompt_style="compact")
+    obs, _ = env.reset(seed=0)
+    assert f"A is at {env.position}" in obs["planner"] and "Moves: R D" in obs["planner"]
+    assert "```python" in obs["tool"]
+    with pytest.raises(ValueError, match="accepted: \\('full', 'compact'\\)"):
+        PlanPathEnv(prompt_style="tiny")
