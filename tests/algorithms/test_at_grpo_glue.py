@@ -1,0 +1,41 @@
+"""The thin RLlib glue: task splitting and the loud failure of a lagging runner."""
+
+import types
+
+import pytest
+
+from pettingllms_rllib.algorithms.at_grpo import ATGRPO, WeightsLagError, split_tasks
+
+
+class _Metrics:
+    def __init__(self):
+        self.values = {}
+
+    def log_value(self, key, value, **kwargs):
+        self.values[key] = value
+
+
+def _algo(synced):
+    return types.SimpleNamespace(_synced_weights_version=synced, metrics=_Metrics())
+
+
+def test_tasks_are_spread_evenly_and_every_runner_gets_one():
+    assert split_tasks(8, 3) == [3, 3, 2]
+    assert split_tasks(2, 4) == [1, 1, 1, 1]
+    assert split_tasks(5, 0) == [5]
+
+
+def test_runner_behind_the_learner_fails_the_iteration_loudly():
+    outputs = [{"worker_index": 1, "weights_version": 3}, {"worker_index": 2, "weights_version": 2}]
+    with pytest.raises(WeightsLagError, match=r"env runners \[2\].*version 3"):
+        ATGRPO._check_weights_versions(_algo(3), outputs)
+
+
+def test_runners_in_step_pass_and_report_the_minimum_version():
+    algo = _algo(3)
+    ATGRPO._check_weights_versions(algo, [{"worker_index": 1, "weights_version": 3}])
+    assert algo.metrics.values[("env_runners", "weights_version_min")] == 3
+
+
+def test_before_the_first_sync_no_version_is_expected():
+    ATGRPO._check_weights_versions(_algo(None), [{"worker_index": 0, "weights_version": 0}])
