@@ -240,7 +240,7 @@ class ATGRPOConfig(AlgorithmConfig):
         name = loading.ModelSpec.coerce(self.model_spec_dict).name_or_path
         if name in (loading.BUNDLED_MODEL_NAME, loading.TINY_RANDOM_NAME):
             loading.bundled_gguf_path()  # tiny-random borrows the bundled tokenizer
-        elif loading._looks_like_path(name) and not Path(name).expanduser().exists():
+        elif loading.looks_like_path(name) and not Path(name).expanduser().exists():
             self._value_error(f"model path {name!r} does not exist; give a model folder, a "
                               f".gguf file, {loading.BUNDLED_MODEL_NAME!r} or "
                               f"{loading.TINY_RANDOM_NAME!r}")

@@ -50,8 +50,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.num_env_steps_sampled_lifetime = 0
         index = self.worker_index or 0
         self._task_rng = np.random.default_rng([int(config.seed or 0), index])
-        torch.set_num_threads(max(1, int(config.num_cpus_per_env_runner or 1))
-                              if index > 0 else torch.get_num_threads())
+        if index > 0:  # a remote runner uses the CPUs Ray reserved for it
+            torch.set_num_threads(max(1, int(config.num_cpus_per_env_runner or 1)))
         # As RLlib's own runners: the driver-local runner only needs a model when there are no
         # remote runners (otherwise it would hold a useless copy of every LLM).
         if index > 0 or config.num_env_runners == 0:

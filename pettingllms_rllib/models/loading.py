@@ -259,7 +259,7 @@ def _gguf_tokenizer_folder(gguf_path: Path) -> Path:
 # --------------------------------------------------------------------------- name resolution
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     # Hub ids are "name" or "org/name"; anything else with separators or ~ is meant as a path.
     return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
             or os.sep != "/" and os.sep in name or name.endswith(".gguf"))
@@ -283,7 +283,7 @@ def resolve_model_path(name: str) -> str:
         if local.is_dir():
             return str(local.resolve())
         raise ModelNotFoundError(f"{name!r} is a file but not a .gguf; expected a model folder")
-    if _looks_like_path(name):
+    if looks_like_path(name):
         raise ModelNotFoundError(
             f"model path {name!r} does not exist (tried {local.resolve()}); give a folder with "
             f"config.json and weights, a .gguf file, {BUNDLED_MODEL_NAME!r} or "
