@@ -99,13 +99,14 @@ def test_training_changes_every_trainable_parameter_and_syncs_runners(mapping, l
 def test_checkpoint_restore_and_continue(tmp_path):
     algo = tiny_config("per_role", lora=True).build_algo()
     algo.train()
+    algo.train()
     saved = learner_state(algo)
     path = algo.save_to_path(str(tmp_path / "ckpt"))
     algo.stop()
 
     restored = ATGRPO.from_checkpoint(path)
     try:
-        assert restored.iteration == 1
+        assert restored.iteration == 2
         state = learner_state(restored)
         for mid in saved:
             for key in saved[mid]:
@@ -113,8 +114,9 @@ def test_checkpoint_restore_and_continue(tmp_path):
             runner = restored.env_runner_group.local_env_runner.module[mid].get_state()
             for key in saved[mid]:
                 assert torch.equal(runner[key], saved[mid][key]), ("runner", mid, key)
-        restored.train()
-        assert restored.iteration == 2
+        result = restored.train()
+        assert restored.iteration == 3
+        assert result["env_runners"]["weights_version_min"] >= 2  # sampled with restored weights
     finally:
         restored.stop()
 
