@@ -11,7 +11,7 @@ the log-probs of the response tokens only (see :mod:`pettingllms_rllib.models.lo
 
 ``model_config`` keys (filled by ``ATGRPOConfig`` from its ``.llm()`` section):
 ``model`` (a :class:`~pettingllms_rllib.models.loading.ModelSpec` field dict), ``temperature``,
-``logprob_chunk_size`` and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
+``logprob_chunk_size``, ``gradient_checkpointing`` and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from pettingllms_rllib.models.logprobs import response_logprobs
 TOKEN_LOGP = "token_logp"
 
 
+def _maybe_checkpoint_activations(causal_lm, config: dict, inference_only: bool) -> None:
+    """Enable decoder gradient checkpointing on learner copies when the config asks for it."""
+    if config.get("gradient_checkpointing") and not inference_only:
+        causal_lm.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _to_torch_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v) for k, v in state.items()}
 
@@ -40,6 +47,7 @@ class CausalLMRLModule(TorchRLModule):
     def setup(self):
         config = self.model_config or {}
         self.causal_lm = load_causal_lm(ModelSpec.coerce(config.get("model")))
+        _maybe_checkpoint_activations(self.causal_lm, config, self.inference_only)
         self.temperature = float(config.get("temperature", 1.0))
         self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
 
@@ -132,6 +140,7 @@ class SharedBaseLoRAMultiRLModule(MultiRLModule):
         base = load_causal_lm(ModelSpec.coerce(config.get("model")))
         for param in base.parameters():
             param.requires_grad_(False)
+        _maybe_checkpoint_activations(base, config, self.inference_only)
         lora_config = LoraConfig(**{**DEFAULT_LORA, **dict(config.get("lora") or {})})
         peft_model = get_peft_model(base, lora_config, adapter_name=module_ids[0])
         for module_id in module_ids[1:]:
