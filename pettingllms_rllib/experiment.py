@@ -81,22 +81,26 @@ def _accepted_kwargs(section: str) -> set[str]:
 
 @dataclasses.dataclass
 class Experiment:
-    """A parsed experiment: the base config, Tune settings and the grid variants."""
+    """A parsed experiment: one validated config per grid point, and the Tune settings."""
 
     name: str
-    config: ATGRPOConfig
+    configs: list[ATGRPOConfig]
     stop: dict[str, Any]
     checkpoint_frequency: int
     max_concurrent_trials: int
     num_samples: int
     variants: list[dict[str, Any]]
-    document: dict[str, Any]
+
+    @property
+    def config(self) -> ATGRPOConfig:
+        """The first grid point's config (the only one without a grid)."""
+        return self.configs[0]
 
     def param_space(self) -> dict[str, Any]:
         """Tune's param space: a grid over whole configs (one per grid point)."""
         from ray import tune
 
-        configs = [build_config(self.document, variant).to_dict() for variant in self.variants]
+        configs = [config.to_dict() for config in self.configs]
         if len(configs) == 1:
             return configs[0]
         base = {key: value for key, value in configs[0].items()
@@ -194,16 +198,19 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
         if not isinstance(values, list) or not values:
             raise ExperimentError(f"grid.{key} must be a non-empty list")
     variants = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())] or [{}]
+    configs = []
     for variant in variants:
         try:
-            build_config(document, variant).validate()
+            config = build_config(document, variant)
+            config.validate()
         except ExperimentError:
             raise
         except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
             raise ExperimentError(f"{path}: {variant or 'config'}: {exc}") from exc
+        configs.append(config)
     return Experiment(
-        name=str(document.get("name") or path.stem), config=build_config(document, variants[0]),
+        name=str(document.get("name") or path.stem), configs=configs,
         stop=dict(document.get("stop") or {"training_iteration": 10}),
         checkpoint_frequency=int(document.get("checkpoint_frequency", 1)),
         max_concurrent_trials=int(document.get("max_concurrent_trials", 1)),
-        num_samples=int(document.get("num_samples", 1)), variants=variants, document=document)
+        num_samples=int(document.get("num_samples", 1)), variants=variants)

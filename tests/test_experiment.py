@@ -95,3 +95,12 @@ def test_mapping_helpers():
     assert fn("a", None) == "m"
     with pytest.raises(KeyError, match="has no module"):
         fn("b")
+
+
+@pytest.mark.parametrize("override,message", [
+    ("training.advantage_normalization=zscore", "normalization='zscore'; accepted"),
+    ("llm.temperature=0", "temperature must be > 0"),
+])
+def test_option_values_are_checked_by_their_own_classes(tmp_path, override, message):
+    with pytest.raises(ExperimentError, match=message):
+        load_experiment(write(tmp_path, GOOD), [override])

@@ -24,7 +24,8 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.annotations import override
 
-from pettingllms_rllib.core.advantages import NORMALIZATIONS, SCALE_SCOPES, AdvantageConfig
+from pettingllms_rllib.core.advantages import AdvantageConfig
+from pettingllms_rllib.engines.base import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -210,14 +211,12 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.num_tasks_per_iteration}")
         if self.engine not in ENGINES:
             self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
-        if self.advantage_normalization not in NORMALIZATIONS:
-            self._value_error(f"advantage_normalization={self.advantage_normalization!r}; "
-                              f"accepted: {NORMALIZATIONS}")
-        if self.advantage_scale_scope not in SCALE_SCOPES:
-            self._value_error(f"advantage_scale_scope={self.advantage_scale_scope!r}; "
-                              f"accepted: {SCALE_SCOPES}")
-        if not self.temperature > 0 or int(self.max_new_tokens) < 1:
-            self._value_error("temperature must be > 0 and max_new_tokens >= 1")
+        try:  # the option classes validate themselves and name the accepted values
+            _ = self.advantage_config
+            SamplingConfig(max_new_tokens=int(self.max_new_tokens),
+                           temperature=float(self.temperature))
+        except ValueError as exc:
+            self._value_error(str(exc))
         if self.lora is not None and not isinstance(self.lora, dict):
             self._value_error(f"lora must be a dict of peft LoraConfig kwargs or None, "
                               f"got {type(self.lora).__name__}")

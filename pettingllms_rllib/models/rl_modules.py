@@ -48,6 +48,9 @@ class CausalLMRLModule(TorchRLModule):
         config = self.model_config or {}
         self.causal_lm = load_causal_lm(ModelSpec.coerce(config.get("model")))
         _maybe_checkpoint_activations(self.causal_lm, config, self.inference_only)
+        self._read_logprob_settings(config)
+
+    def _read_logprob_settings(self, config: dict) -> None:
         self.temperature = float(config.get("temperature", 1.0))
         self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
 
@@ -84,8 +87,7 @@ class LoRAAdapterRLModule(CausalLMRLModule):
         config = self.model_config or {}
         self.causal_lm = None  # bound by SharedBaseLoRAMultiRLModule
         self.adapter_name: str | None = None
-        self.temperature = float(config.get("temperature", 1.0))
-        self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
+        self._read_logprob_settings(config)
 
     def bind(self, peft_model, adapter_name: str) -> None:
         self.causal_lm = peft_model

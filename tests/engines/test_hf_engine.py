@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -137,17 +139,24 @@ def test_same_seed_same_samples(tiny):
     assert repeated.generate(model, PROMPTS, 2) != first  # the stream advances across calls
 
 
-def test_max_new_tokens_and_one_prefill_per_loop(tiny):
-    model, tokenizer = tiny
+@contextlib.contextmanager
+def forward_input_shapes(model):
+    """Record the ``input_ids`` shape of every forward pass of ``model``."""
     shapes = []
     handle = model.register_forward_hook(
         lambda module, args, kwargs, output: shapes.append(tuple(kwargs["input_ids"].shape)),
         with_kwargs=True)
     try:
-        results = engine(tokenizer, max_new_tokens=5, stop_token_ids=()).generate(
-            model, PROMPTS, num_samples=4)
+        yield shapes
     finally:
         handle.remove()
+
+
+def test_max_new_tokens_and_one_prefill_per_loop(tiny):
+    model, tokenizer = tiny
+    with forward_input_shapes(model) as shapes:
+        results = engine(tokenizer, max_new_tokens=5, stop_token_ids=()).generate(
+            model, PROMPTS, num_samples=4)
     assert all(len(c.response_ids) == 5 and c.finish_reason == "length"
                for group in results for c in group)
     longest = max(len(group[0].prompt_ids) for group in results)
@@ -157,15 +166,9 @@ def test_max_new_tokens_and_one_prefill_per_loop(tiny):
 
 def test_max_batch_size_splits_into_loops(tiny):
     model, tokenizer = tiny
-    shapes = []
-    handle = model.register_forward_hook(
-        lambda module, args, kwargs, output: shapes.append(tuple(kwargs["input_ids"].shape)),
-        with_kwargs=True)
-    try:
+    with forward_input_shapes(model) as shapes:
         results = engine(tokenizer, max_new_tokens=3, stop_token_ids=(),
                          max_batch_size=5).generate(model, PROMPTS, num_samples=4)
-    finally:
-        handle.remove()
     assert [len(group) for group in results] == [4, 4, 4]
     decode_batches = [rows for rows, width in shapes if width == 1]
     assert max(decode_batches) <= 5 and sum(decode_batches) == 12 * 2
