@@ -12,13 +12,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import math
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
+from pettingllms_envs.common import (
+    CodeRunner, check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
+    extract_python_code, run_tool_program)
+from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 
 logger = logging.getLogger(__name__)
@@ -33,10 +35,8 @@ _TOKEN = re.compile(r"[^\s,;]+")
 _TOKEN_STRIP = "[](){}<>'\"`*.!?:-"
 _COMPACT = re.compile(r"[UDLR]+")
 _MOVES_LABEL = re.compile(r"\bmoves\s*:", re.IGNORECASE)
-_PYTHON_LANGS = frozenset({"python", "py", "python3"})
 MAX_PARSED_MOVES = 10_000
 PROMPT_STYLES = ("full", "compact")
-_REPORT_CHARS = 600
 
 
 # ------------------------------------------------------------------------------ task instances
@@ -174,35 +174,6 @@ def parse_program_output(stdout: str) -> ParseResult:
         return parse_planner_answer(stdout)
     result = parse_move_tokens(stdout)
     return result if result.ok or stdout.strip() else ParseResult(error="program printed nothing")
-
-
-def extract_python_code(text: str) -> ParseResult:
-    """The LAST complete ```python (or ```py / ```python3) fenced block of a response.
-
-    A line scanner, not a regex, so hostile input (thousands of unclosed fences) stays linear.
-    Blocks in other languages are skipped; an unclosed block does not count.
-    """
-    blocks: list[str] = []
-    lang: str | None = None
-    body: list[str] = []
-    for line in text.split("\n"):
-        stripped = line.strip()
-        fence = stripped.startswith("```") and len(stripped) < 64
-        tag = stripped.lstrip("`").strip().lower() if fence else ""
-        if lang is None:
-            if fence:
-                lang, body = tag, []
-        elif fence and not tag:
-            if lang in _PYTHON_LANGS:
-                blocks.append("\n".join(body))
-            lang = None
-        else:
-            body.append(line.rstrip("\r"))
-    if not blocks:
-        return ParseResult(error="no complete ```python code block")
-    if not blocks[-1].strip():
-        return ParseResult(error="empty ```python code block")
-    return ParseResult(value=blocks[-1])
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -357,30 +328,28 @@ class PlanPathEnv(TextParallelEnv):
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
-                 code_runner: Callable[[str], SandboxResult] | None = None,
+                 code_runner: CodeRunner | None = None,
                  prompt_style: str = "full"):
-        self.grid_size = _check_int("grid_size", grid_size, minimum=2)
-        self.wall_prob = _check_float("wall_prob", wall_prob)
+        self.grid_size = check_int("grid_size", grid_size, minimum=2)
+        self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
-        _check_int("max_turns", max_turns, minimum=1)
-        self.max_moves_per_turn = _check_int(
+        check_int("max_turns", max_turns, minimum=1)
+        self.max_moves_per_turn = check_int(
             "max_moves_per_turn",
             4 * self.grid_size if max_moves_per_turn is None else max_moves_per_turn, minimum=1)
         self.reward_config = RewardConfig(**{
-            name: _check_float(name, value, non_negative=True) for name, value in (
+            name: check_float(name, value, non_negative=True) for name, value in (
                 ("step_cost", step_cost), ("invalid_move_penalty", invalid_move_penalty),
                 ("shaping_coef", shaping_coef), ("goal_bonus", goal_bonus),
                 ("optimal_bonus", optimal_bonus))})
-        self.sandbox_limits = _check_limits(sandbox_limits)
+        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
         self.prompt_style = prompt_style
-        if code_runner is not None and not callable(code_runner):
-            raise ValueError("code_runner must be callable (code -> SandboxResult)")
-        self.code_runner = code_runner
-        super().__init__(alpha=_check_float("alpha", alpha), max_turns=max_turns,
-                         invalid_action_penalty=_check_float("invalid_action_penalty",
+        self.code_runner = check_code_runner(code_runner)
+        super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
+                         invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty),
                          max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
         self.task: GridTask | None = None
@@ -447,7 +416,7 @@ class PlanPathEnv(TextParallelEnv):
         if agent == "tool":
             lines.append('Write a ```python block that prints the moves, like: print("R D")')
         else:
-            lines += [f"Tool: {_clip(self.tool_report, 120)}",
+            lines += [f"Tool: {clip_text(self.tool_report, 120)}",
                       "Answer with one line like: Moves: R D"]
         return "\n".join(lines)
 
@@ -474,20 +443,13 @@ class PlanPathEnv(TextParallelEnv):
         if not parsed.ok:
             self.tool_report = f"No program ran: {parsed.error}."
             return self.invalid_action_penalty, self.tool_report
-        try:
-            if self.code_runner is not None:
-                result = self.code_runner(parsed.value)
-            else:
-                result = run_python(parsed.value, limits=self.sandbox_limits)
-        except Exception as exc:  # an executor failure must not crash a training run
-            logger.warning("plan_path: code runner raised %r", exc)
-            self.tool_report = f"The program could not be run ({type(exc).__name__})."
-            return self.invalid_action_penalty, self.tool_report
-        if not result.ok:
-            self.tool_report = "The program failed: " + _clip(result.describe_failure())
+        result, failure = run_tool_program(parsed.value, limits=self.sandbox_limits,
+                                           runner=self.code_runner, task_name="plan_path")
+        if failure:
+            self.tool_report = failure
             return self.invalid_action_penalty, self.tool_report
         moves = parse_program_output(result.stdout)
-        output = _clip(result.stdout.strip()) or "(nothing)"
+        output = clip_text(result.stdout.strip()) or "(nothing)"
         if not moves.ok:
             self.tool_report = f"The program printed:\n{output}\n(not a move list: {moves.error})"
             return self.invalid_action_penalty, self.tool_report
@@ -505,25 +467,6 @@ class PlanPathEnv(TextParallelEnv):
 
 
 # ------------------------------------------------------------------------------ validation
-def _clip(text: str, limit: int = _REPORT_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit] + " ...[truncated]"
-
-
-def _check_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
-            or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if non_negative and value < 0:
-        raise ValueError(f"{name} must be >= 0 (it is a magnitude), got {value!r}")
-    return float(value)
-
-
 def _check_task(task: GridTask | Mapping[str, Any]) -> GridTask:
     if isinstance(task, Mapping):
         task = GridTask(tuple(task["grid"]), tuple(task["start"]), tuple(task["goal"]))
@@ -536,16 +479,3 @@ def _check_task(task: GridTask | Mapping[str, Any]) -> GridTask:
     if start == goal or start not in bfs_distances(grid, goal):
         raise ValueError(f"options['task']: no path from start {start} to a distinct goal {goal}")
     return GridTask(grid, start, goal)
-
-
-def _check_limits(limits: SandboxLimits | Mapping[str, Any] | None) -> SandboxLimits:
-    if limits is None:
-        return SandboxLimits(wall_time_s=3.0, cpu_time_s=3.0, memory_mb=256)
-    if isinstance(limits, SandboxLimits):
-        return limits
-    if isinstance(limits, Mapping):
-        try:
-            return SandboxLimits(**dict(limits))
-        except TypeError as exc:
-            raise ValueError(f"bad sandbox_limits: {exc}") from exc
-    raise ValueError(f"sandbox_limits must be SandboxLimits or a dict, got {type(limits).__name__}")

@@ -1,0 +1,121 @@
+"""Pieces every task of the suite shares: argument checks, reading code out of a response,
+running a tool agent's program, and clipping text shown back to agents.
+
+Why one module: the same rule ("the LAST complete ```python block counts", "a runner failure is
+a penalised action, never a crash") must mean the same thing in every task, or a policy trained
+on one task would be scored by different rules on another.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
+from pettingllms_rllib.envs import ParseResult
+
+logger = logging.getLogger(__name__)
+
+#: ``code -> SandboxResult``: what runs a tool agent's program (the sandbox by default; a remote
+#: executor or a fake in tests).
+CodeRunner = Callable[[str], SandboxResult]
+PYTHON_FENCE_TAGS = frozenset({"python", "py", "python3"})
+REPORT_CHARS = 600
+
+
+# ------------------------------------------------------------------------------ text
+def clip_text(text: str, limit: int = REPORT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with a visible marker (for prompts and feedback)."""
+    return text if len(text) <= limit else text[:limit] + " ...[truncated]"
+
+
+def extract_python_code(text: str) -> ParseResult:
+    """The LAST complete ```python (or ```py / ```python3) fenced block of a response.
+
+    A line scanner, not a regex, so hostile input (thousands of unclosed fences) stays linear.
+    Blocks in other languages are skipped; an unclosed block does not count.
+    """
+    blocks: list[str] = []
+    lang: str | None = None
+    body: list[str] = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        fence = stripped.startswith("```") and len(stripped) < 64
+        tag = stripped.lstrip("`").strip().lower() if fence else ""
+        if lang is None:
+            if fence:
+                lang, body = tag, []
+        elif fence and not tag:
+            if lang in PYTHON_FENCE_TAGS:
+                blocks.append("\n".join(body))
+            lang = None
+        else:
+            body.append(line.rstrip("\r"))
+    if not blocks:
+        return ParseResult(error="no complete ```python code block")
+    if not blocks[-1].strip():
+        return ParseResult(error="empty ```python code block")
+    return ParseResult(value=blocks[-1])
+
+
+# ------------------------------------------------------------------------------ running code
+def run_tool_program(code: str, *, limits: SandboxLimits, runner: CodeRunner | None = None,
+                     task_name: str = "task") -> tuple[SandboxResult | None, str | None]:
+    """Run a tool agent's program; returns ``(result, None)`` or ``(None, reason)``.
+
+    ``reason`` is set when the program could not be used: the runner raised (logged, never
+    re-raised: an executor failure must not crash a training run) or the program failed
+    (non-zero exit, signal, timeout). The caller scores that as an invalid action.
+    """
+    try:
+        result = runner(code) if runner is not None else run_python(code, limits=limits)
+    except Exception as exc:
+        logger.warning("%s: code runner raised %r", task_name, exc)
+        return None, f"The program could not be run ({type(exc).__name__})."
+    if not result.ok:
+        return None, "The program failed: " + clip_text(result.describe_failure())
+    return result, None
+
+
+# ------------------------------------------------------------------------------ argument checks
+def check_int(name: str, value: Any, *, minimum: int) -> int:
+    """``value`` as an int, or a ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
+    """``value`` as a finite float (>= 0 if ``non_negative``), or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+            or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if non_negative and value < 0:
+        raise ValueError(f"{name} must be >= 0 (it is a magnitude), got {value!r}")
+    return float(value)
+
+
+def check_sandbox_limits(limits: SandboxLimits | Mapping[str, Any] | None,
+                         default: SandboxLimits | None = None) -> SandboxLimits:
+    """Accept :class:`SandboxLimits`, a dict of its fields (YAML configs) or None (``default``,
+    else 3 s wall and CPU, 256 MB)."""
+    if limits is None:
+        return default or SandboxLimits(wall_time_s=3.0, cpu_time_s=3.0, memory_mb=256)
+    if isinstance(limits, SandboxLimits):
+        return limits
+    if isinstance(limits, Mapping):
+        try:
+            return SandboxLimits(**dict(limits))
+        except TypeError as exc:
+            raise ValueError(f"bad sandbox_limits: {exc}") from exc
+    raise ValueError(f"sandbox_limits must be SandboxLimits or a dict, got {type(limits).__name__}")
+
+
+def check_code_runner(runner: Any) -> CodeRunner | None:
+    """None or a callable ``code -> SandboxResult``."""
+    if runner is not None and not callable(runner):
+        raise ValueError("code_runner must be callable (code -> SandboxResult)")
+    return runner
