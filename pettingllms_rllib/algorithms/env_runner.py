@@ -28,13 +28,11 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
 from pettingllms_rllib.envs.registry import make_text_env
 
 logger = logging.getLogger(__name__)
 
-#: Training task seeds are drawn from [0, TRAIN_SEED_LIMIT); evaluation uses seeds above it,
-#: so the two sets are disjoint by construction.
-TRAIN_SEED_LIMIT = 1_000_000_000
 
 
 class LLMEnvRunner(EnvRunner, Checkpointable):

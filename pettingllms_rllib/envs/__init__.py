@@ -1,6 +1,7 @@
 """The text-env protocol (see :mod:`pettingllms_rllib.envs.base`)."""
 
-from pettingllms_rllib.envs.base import ParseResult, Role, StageOutcome, TextParallelEnv
+from pettingllms_rllib.envs.base import (
+    SPLITS, TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
 from pettingllms_rllib.envs.conformance import check_clone_contract, check_text_env
 from pettingllms_rllib.envs.registry import (
     get_env_creator,
@@ -12,5 +13,5 @@ from pettingllms_rllib.envs.registry import (
 __all__ = [
     "ParseResult", "Role", "StageOutcome", "TextParallelEnv", "check_clone_contract",
     "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
-    "registered_env_ids",
+    "registered_env_ids", "SPLITS", "TRAIN_SEED_LIMIT", "split_of_seed",
 ]

@@ -38,6 +38,16 @@ logger = logging.getLogger(__name__)
 TEXT_CHARSET = frozenset(string.printable)
 DEFAULT_MAX_OBSERVATION_CHARS = 16_384
 DEFAULT_MAX_ACTION_CHARS = 16_384
+#: Task seeds in [0, TRAIN_SEED_LIMIT) are training instances, seeds >= it evaluation instances
+#: (the env runner draws training seeds below it). Tasks whose instances could coincide across
+#: seeds (small puzzles, finite datasets) use :func:`split_of_seed` to keep the splits disjoint.
+TRAIN_SEED_LIMIT = 1_000_000_000
+SPLITS = ("train", "test")
+
+
+def split_of_seed(seed: int | None) -> str:
+    """``"train"`` for seeds below :data:`TRAIN_SEED_LIMIT` (and None), else ``"test"``."""
+    return "test" if seed is not None and int(seed) >= TRAIN_SEED_LIMIT else "train"
 
 
 @dataclasses.dataclass(frozen=True)
