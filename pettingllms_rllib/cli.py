@@ -31,6 +31,8 @@ PROGRESS_COLUMNS = {
 def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.experiment import ExperimentError, load_experiment
 
+    if os.getcwd() not in sys.path:  # so `imports:` finds the user's env modules here
+        sys.path.insert(0, os.getcwd())
     try:
         experiment = load_experiment(args.config, args.set or [])
     except ExperimentError as exc:
@@ -46,10 +48,14 @@ def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.algorithms import ATGRPO
     from pettingllms_rllib.plotting import plot_experiment
 
+    # Workers must import the same user env modules (`imports:`) as this driver.
+    python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    runtime_env = {"env_vars": {"PYTHONPATH": python_path}} if experiment.imports else None
     if args.address:
-        ray.init(address=args.address)
+        ray.init(address=args.address, runtime_env=runtime_env)
     else:
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=True)
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=True,
+                 runtime_env=runtime_env)
     experiment_dir = output / experiment.name
     reporter = tune.CLIReporter(metric_columns=PROGRESS_COLUMNS, max_report_frequency=10)
     if args.resume and experiment_dir.exists():

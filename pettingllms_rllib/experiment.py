@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import inspect
 import itertools
 from pathlib import Path
@@ -20,7 +21,7 @@ import yaml
 
 from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
 
-TOP_LEVEL_KEYS = ("name", "description", "algorithm", "mapping", "stop", "grid",
+TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
 SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
             "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing")
@@ -90,6 +91,7 @@ class Experiment:
     max_concurrent_trials: int
     num_samples: int
     variants: list[dict[str, Any]]
+    imports: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def config(self) -> ATGRPOConfig:
@@ -175,12 +177,27 @@ def _check_document(document: Any, source: str) -> None:
         if bad:
             raise ExperimentError(f"{source}: unknown keys {bad} in algorithm.{section}; "
                                   f"accepted: {sorted(_accepted_kwargs(section))}")
+    imports = document.get("imports") or []
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
+        raise ExperimentError(f"{source}: 'imports' must be a list of module names")
     for dotted in (document.get("grid") or {}):
         parts = dotted.split(".")
         if dotted != "mapping" and not (len(parts) >= 2 and parts[0] in SECTIONS and (
                 parts[1] in _accepted_kwargs(parts[0]))):
             raise ExperimentError(f"{source}: grid key {dotted!r} is not 'mapping' or "
                                   f"'<section>.<key>' with section in {list(SECTIONS)}")
+
+
+def import_env_modules(modules: list[str], *, source: str) -> None:
+    """Import the modules an experiment lists under ``imports`` (they register user envs with
+    ``register_text_env``). They must be importable from the current directory or the Python
+    path; the CLI passes both on to Ray workers."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ExperimentError(f"{source}: imports: cannot import {name!r} ({exc}); put it "
+                                  "on PYTHONPATH or run from the folder that holds it") from exc
 
 
 def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
@@ -193,6 +210,7 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
     for text in overrides:
         set_dotted(document, *parse_override(text))
     _check_document(document, f"{path} with --set overrides")
+    import_env_modules(document.get("imports") or [], source=str(path))
     grid = document.get("grid") or {}
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -213,4 +231,5 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
         stop=dict(document.get("stop") or {"training_iteration": 10}),
         checkpoint_frequency=int(document.get("checkpoint_frequency", 1)),
         max_concurrent_trials=int(document.get("max_concurrent_trials", 1)),
-        num_samples=int(document.get("num_samples", 1)), variants=variants)
+        num_samples=int(document.get("num_samples", 1)), variants=variants,
+        imports=list(document.get("imports") or []))

@@ -104,3 +104,34 @@ def test_mapping_helpers():
 def test_option_values_are_checked_by_their_own_classes(tmp_path, override, message):
     with pytest.raises(ExperimentError, match=message):
         load_experiment(write(tmp_path, GOOD), [override])
+
+
+USER_ENV_MODULE = '''
+from pettingllms_rllib.envs import register_text_env
+from pettingllms_envs.plan_path import PlanPathEnv
+
+
+class RenamedPlanPath(PlanPathEnv):
+    metadata = {"name": "renamed_plan_path_v0"}
+
+
+register_text_env("renamed_plan_path_v0", RenamedPlanPath, with_ray=False)
+'''
+
+
+def test_imports_register_user_envs_before_the_config_is_validated(tmp_path, monkeypatch):
+    (tmp_path / "my_user_env.py").write_text(USER_ENV_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = GOOD.replace("env: plan_path_v0", "env: renamed_plan_path_v0")
+    with pytest.raises(ExperimentError, match="unknown text env 'renamed_plan_path_v0'"):
+        load_experiment(write(tmp_path, text))
+    experiment = load_experiment(write(tmp_path, "imports: [my_user_env]\n" + text))
+    assert experiment.imports == ["my_user_env"]
+    assert experiment.config.env == "renamed_plan_path_v0"
+
+
+def test_imports_that_cannot_be_imported_name_the_module(tmp_path):
+    with pytest.raises(ExperimentError, match="cannot import 'no_such_env_module'"):
+        load_experiment(write(tmp_path, "imports: [no_such_env_module]\n" + GOOD))
+    with pytest.raises(ExperimentError, match="'imports' must be a list"):
+        load_experiment(write(tmp_path, "imports: my_env\n" + GOOD))
