@@ -8,7 +8,9 @@ module can be imported for its helpers without side effects on the registry.
 from pettingllms_rllib.envs import register_text_env
 
 from pettingllms_envs.plan_path import PlanPathEnv
+from pettingllms_envs.sudoku import SudokuEnv
 
 register_text_env("plan_path_v0", PlanPathEnv)
+register_text_env("sudoku_v0", SudokuEnv)
 
-__all__ = ["PlanPathEnv"]
+__all__ = ["PlanPathEnv", "SudokuEnv"]
