@@ -7,10 +7,16 @@ module can be imported for its helpers without side effects on the registry.
 
 from pettingllms_rllib.envs import register_text_env
 
+from pettingllms_envs.code import CodeEnv
+from pettingllms_envs.math import MathEnv
 from pettingllms_envs.plan_path import PlanPathEnv
+from pettingllms_envs.sokoban import SokobanEnv
 from pettingllms_envs.sudoku import SudokuEnv
 
 register_text_env("plan_path_v0", PlanPathEnv)
 register_text_env("sudoku_v0", SudokuEnv)
+register_text_env("math_v0", MathEnv)
+register_text_env("code_v0", CodeEnv)
+register_text_env("sokoban_v0", SokobanEnv)
 
-__all__ = ["PlanPathEnv", "SudokuEnv"]
+__all__ = ["CodeEnv", "MathEnv", "PlanPathEnv", "SokobanEnv", "SudokuEnv"]

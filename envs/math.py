@@ -1,0 +1,585 @@
+"""Math (``math_v0``): a reasoning agent and a Python tool agent solve the same problem in parallel.
+
+The paper's math setting (PettingLLMs / AT-GRPO, arXiv 2510.11062): the *reasoner* answers in
+natural language with the final answer in ``\\boxed{...}``, the *tool* agent writes a Python
+program that prints the answer; both act at once each turn, see each other's latest answer on
+the next turn, and the episode ends as soon as their answers agree. Answers are checked with
+`math-verify` (``from math_verify import parse, verify``), so ``1/2``, ``0.5`` and
+``\\frac{1}{2}`` are the same answer.
+
+math-verify caveats handled here (see :func:`parse_math` and :func:`answers_equivalent`):
+
+* its timeouts use ``signal.alarm``, which raises off the main thread (Ray may call
+  ``env.step`` from a worker thread), so timeouts are passed only on the main thread;
+* without a timeout, a short answer such as ``\\boxed{3^{3^{3^{3}}}}`` or
+  ``\\boxed{{{{{{{{{1}}}}}}}}}`` would run for minutes (a huge integer power, exponential
+  backtracking in the LaTeX grammar), so every candidate answer is at most
+  :data:`MAX_ANSWER_CHARS` characters, at most :data:`MAX_NESTING` brackets deep, and its parsed
+  expression must pass a cost bound (:func:`expression_too_costly`) before it is compared;
+* any exception from math-verify means "not equal", never a crash.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import logging
+import math
+import re
+import threading
+import unicodedata
+from typing import Any, Mapping, Sequence
+
+import sympy
+from math_verify import parse as mv_parse
+from math_verify import verify as mv_verify
+
+from pettingllms_envs.common import (
+    CodeRunner, check_code_runner, check_float, check_sandbox_limits, clip_text,
+    extract_python_code, run_tool_program)
+from pettingllms_envs.data import LoadReport
+from pettingllms_envs.math_data import (
+    DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
+    generate_problem, load_problems, problem_from_record, split_of_id)
+from pettingllms_envs.sandbox import SandboxLimits
+from pettingllms_rllib.envs import (
+    TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
+
+logger = logging.getLogger(__name__)
+
+PROMPT_STYLES = ("full", "compact")
+#: Deepest bracket nesting ((), [], {}) of an answer that is sent to math-verify: its LaTeX
+#: grammar backtracks exponentially in the depth (10 nested braces take seconds).
+MAX_NESTING = 5
+#: Seconds math-verify may spend per parse/comparison, enforced only on the main thread.
+VERIFY_TIMEOUT_S = 5
+#: Cost bounds of a parsed candidate answer (:func:`expression_too_costly`): decimal digits of
+#: any intermediate number, and monomials after expanding powers of sums.
+MAX_DIGITS = 10_000
+MAX_TERMS = 300
+_BOX_TOKEN = re.compile(r"\\boxed\s*\{|\\boxed[ \t]+([^\s${}]+)|[{}]")
+_ASCII_MATH = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00d7": "*", "\u00f7": "/",
+               "\u2264": "<=", "\u2265": ">=", "\u2260": "!=", "\u00b7": "*", "\u22c5": "*",
+               "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u03c0": "pi",
+               "\u221a": "sqrt", "\u00b0": " degrees", "\u2026": "...", "\u221e": "infinity"}
+
+
+# ------------------------------------------------------------------------------ parsing responses
+def extract_boxed(text: str) -> str | None:
+    """The content of the LAST complete ``\\boxed{...}`` of ``text`` (None if there is none).
+
+    Braces nest (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; ``\\{``/``\\}`` count as
+    braces too, a set answer has them in pairs); an unclosed box does not count; ``\\boxed 5``
+    (a space, then one token up to whitespace, ``$`` or a brace) is a box too. "Last" is by
+    start position, so the inner box of a nested ``\\boxed{\\boxed{1}}`` wins. One regex pass
+    over the braces and a stack: linear time on any input.
+    """
+    best_start, best = -1, None
+    stack: list[int] = []  # content start of a \boxed{ brace, -1 for a plain brace
+    for match in _BOX_TOKEN.finditer(text):
+        token = match.group()
+        if token == "{":
+            stack.append(-1)
+        elif token == "}":
+            if stack:
+                start = stack.pop()
+                if start > best_start:
+                    best_start, best = start, text[start: match.start()]
+        elif match.group(1) is not None:
+            if match.start(1) > best_start:
+                best_start, best = match.start(1), match.group(1)
+        else:
+            stack.append(match.end())
+    return best
+
+
+def _clean_candidate(answer: str) -> str:
+    return answer.strip().strip("$").strip()
+
+
+def parse_reasoner_answer(text: str) -> ParseResult:
+    """The reasoner's final answer: the content of its last complete ``\\boxed{...}``
+    (:func:`extract_boxed`), stripped. No box, an empty box or a box longer than
+    :data:`MAX_ANSWER_CHARS` characters is a parse error."""
+    content = extract_boxed(text)
+    if content is None:
+        return ParseResult(error="no \\boxed{...} answer")
+    answer = _clean_candidate(content)
+    if not answer:
+        return ParseResult(error="empty \\boxed{} answer")
+    if len(answer) > MAX_ANSWER_CHARS:
+        return ParseResult(error=f"boxed answer longer than {MAX_ANSWER_CHARS} characters")
+    return ParseResult(value=answer)
+
+
+def parse_program_output(stdout: str) -> ParseResult:
+    """The tool program's answer: the last non-empty line of its stdout, stripped (a line of
+    more than :data:`MAX_ANSWER_CHARS` characters, or no output at all, is an error)."""
+    tail = stdout.rstrip()
+    line = _clean_candidate(tail[max(tail.rfind("\n"), tail.rfind("\r")) + 1:])
+    if not line:
+        return ParseResult(error="the program printed nothing")
+    if len(line) > MAX_ANSWER_CHARS:
+        return ParseResult(error=f"last output line longer than {MAX_ANSWER_CHARS} characters")
+    return ParseResult(value=line)
+
+
+# ------------------------------------------------------------------------------ answer checking
+def _timeout() -> int | None:
+    """math-verify's signal-based timeout only works on the main thread."""
+    return VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+def bracket_depth(text: str) -> int:
+    """Deepest nesting of (), [] and {} in ``text`` (unbalanced closers are ignored)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}" and depth:
+            depth -= 1
+    return deepest
+
+
+def _pow10(log10_value: float) -> float:
+    return math.inf if log10_value > 300 else 10.0 ** log10_value
+
+
+_FACTORIALS = (sympy.factorial, sympy.factorial2, sympy.subfactorial, sympy.gamma,
+               sympy.RisingFactorial, sympy.FallingFactorial, sympy.binomial)
+_UNEVALUATED = (sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit, sympy.Derivative)
+
+
+def _cost(expr: Any) -> tuple[float, float]:
+    """Upper bounds ``(log10 of the magnitude, monomials after expansion)`` of ``expr``;
+    symbols count as magnitude 10. ``inf`` marks something too costly to evaluate."""
+    if isinstance(expr, sympy.MatrixBase):
+        costs = [_cost(item) for item in expr]
+        return max((c[0] for c in costs), default=0.0), sum(c[1] for c in costs)
+    if not isinstance(expr, sympy.Basic):
+        return 0.0, 1.0
+    if isinstance(expr, _UNEVALUATED):
+        return math.inf, math.inf
+    if isinstance(expr, sympy.Rational):
+        return 0.30103 * max(abs(expr.p).bit_length(), expr.q.bit_length()), 1.0
+    if isinstance(expr, sympy.Float):
+        value = abs(float(expr))
+        return (math.log10(value + 1.0) if math.isfinite(value) else math.inf), 1.0
+    if not expr.args:
+        return 1.0, 1.0
+    costs = [_cost(arg) for arg in expr.args]
+    mags, terms = [c[0] for c in costs], [c[1] for c in costs]
+    if isinstance(expr, sympy.Mul):
+        return sum(mags), math.prod(terms)
+    if isinstance(expr, sympy.Add):
+        return max(mags) + math.log10(len(mags)), sum(terms)
+    if isinstance(expr, sympy.Pow):
+        exponent = _pow10(mags[1])
+        expansion = terms[0]
+        if terms[0] > 1 and isinstance(expr.exp, sympy.Integer) and expr.exp > 0:
+            power = int(expr.exp)
+            expansion = (math.comb(power + int(terms[0]) - 1, int(terms[0]) - 1)
+                         if power <= MAX_TERMS and terms[0] <= MAX_TERMS else math.inf)
+        return exponent * max(mags[0], 1.0), expansion
+    if isinstance(expr, sympy.exp):
+        return _pow10(mags[0]) * 0.4343, terms[0]
+    if isinstance(expr, _FACTORIALS):
+        size = _pow10(max(mags))
+        return size * max(max(mags), 1.0), 1.0
+    return max(mags) + 1.0, sum(terms)
+
+
+def expression_too_costly(expr: Any) -> bool:
+    """True if comparing ``expr`` could take very long: an unevaluated sum/product/integral/
+    limit, a number with more than :data:`MAX_DIGITS` digits (``3^{3^{3^3}}``, ``(10^{100})!``)
+    or an expansion with more than :data:`MAX_TERMS` monomials (``(x+y+z)^{40}``)."""
+    try:
+        magnitude, terms = _cost(expr)
+    except Exception:  # an exotic sympy object: do not risk comparing it
+        return True
+    return not (magnitude <= MAX_DIGITS and terms <= MAX_TERMS)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_math(answer: str, *, trusted: bool = False) -> tuple:
+    """math-verify's reading of an answer string (``()`` when unusable), cached.
+
+    The answer is parsed as inline LaTeX (``$answer$``), which reads ``1/2``, ``0.5``,
+    ``\\frac{1}{2}``, ``x = 3`` and ``The answer is 5`` alike. Untrusted answers (predictions,
+    not ``trusted`` gold answers) must be at most :data:`MAX_ANSWER_CHARS` characters and
+    :data:`MAX_NESTING` brackets deep, and every parsed expression must pass
+    :func:`expression_too_costly`; otherwise the result is ``()``.
+    """
+    answer = _clean_candidate(answer)
+    if not answer or len(answer) > MAX_ANSWER_CHARS:
+        return ()
+    if not trusted and bracket_depth(answer) > MAX_NESTING:
+        return ()
+    try:
+        parsed = tuple(mv_parse(f"${answer}$", parsing_timeout=_timeout()))
+    except Exception as exc:  # math-verify promises not to raise; do not rely on it
+        logger.debug("math-verify parse raised %r on %r", exc, answer)
+        return ()
+    if not trusted and any(expression_too_costly(item) for item in parsed):
+        return ()
+    return parsed
+
+
+def _verify(gold: tuple, target: tuple) -> bool:
+    if not gold or not target:
+        return False
+    try:
+        return bool(mv_verify(list(gold), list(target), timeout_seconds=_timeout()))
+    except Exception as exc:
+        logger.debug("math-verify verify raised %r", exc)
+        return False
+
+
+def is_correct(gold: tuple, prediction: tuple) -> bool:
+    """math-verify's ``verify(gold, prediction)`` on parsed answers (:func:`parse_math`);
+    False on an empty side or any error."""
+    return _verify(gold, prediction)
+
+
+def answers_equivalent(first: tuple, second: tuple) -> bool:
+    """Whether two parsed predictions are the same answer (math-verify either way round, as
+    its ``verify`` is not symmetric for e.g. ``x = 3`` against ``3``)."""
+    return _verify(first, second) or _verify(second, first)
+
+
+def math_equal(gold: str, prediction: str) -> bool:
+    """Convenience: is the answer string ``prediction`` correct for the answer ``gold``?"""
+    return is_correct(parse_math(gold, trusted=True), parse_math(prediction))
+
+
+def to_ascii(text: str) -> str:
+    """Prompt text in ASCII: common math symbols spelled out (a less-or-equal sign as ``<=``,
+    a minus sign as ``-``), accents dropped, any other non-ASCII character shown as ``?``."""
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFKD", "".join(_ASCII_MATH.get(char, char) for char in text))
+    return "".join(char if char.isascii() else "?" for char in text
+                   if not unicodedata.combining(char))
+
+
+# ------------------------------------------------------------------------------ scoring
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    """Local reward of an answer that parsed: ``correct_reward`` if math-verify accepts it,
+    else ``wrong_reward`` (an unusable response gets ``invalid_action_penalty`` instead)."""
+
+    correct_reward: float = 1.0
+    wrong_reward: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentAnswer:
+    """One agent's latest answer: the text it gave (None if unusable), its math-verify
+    reading and what the other agent is told about it."""
+
+    text: str | None
+    parsed: tuple
+    report: str
+
+
+_NO_ANSWER = AgentAnswer(text=None, parsed=(), report="(no answer yet)")
+
+
+# ------------------------------------------------------------------------------ the env
+_REASONER = Role(
+    name="reasoner",
+    description="Solves the problem step by step and gives the final answer in \\boxed{...}.",
+    parse=parse_reasoner_answer,
+)
+_TOOL = Role(
+    name="tool",
+    description="Writes a Python program (in a ```python block) that prints the final answer "
+                "on its last line; the program runs in a sandbox.",
+    parse=extract_python_code,
+)
+
+
+class MathEnv(TextParallelEnv):
+    """Env card: ``math_v0``.
+
+    Roles and workflow (parallel, one turn = one step): ``reasoner`` || ``tool``
+    (``workflow = [("reasoner", "tool")]``).
+
+    * ``reasoner``: answers in text with the final answer in ``\\boxed{...}`` (the last
+      complete box counts; nested braces are fine; :func:`extract_boxed`). No box, an empty box
+      or one over 200 characters: parse error, ``invalid_action_penalty``.
+    * ``tool``: writes a program in a ```python fenced block that prints the answer; it runs in
+      :mod:`~pettingllms_envs.sandbox` with ``sandbox_limits``, and its answer is the last
+      non-empty line of stdout. No code block, a failed or timed-out program, empty output or a
+      last line over 200 characters: ``invalid_action_penalty``.
+    * Local reward of an answer: ``correct_reward`` if math-verify accepts it against the
+      reference answer (``1/2``, ``0.5`` and ``\\frac{1}{2}`` are equal), else
+      ``wrong_reward``. Answers too deep or too costly to compare (see the module docstring)
+      are wrong.
+
+    Spaces: ``gymnasium.spaces.Text`` for both; observations are prompts with the problem, the
+    turn, the agent's own latest answer and the other agent's latest answer (for the tool:
+    what its program printed or why it failed), and the role's instruction with the answer
+    format. Correctness is never shown.
+
+    Reward: ``alpha * team + local``; team = 1.0 if the reasoner's answer of this turn is
+    correct, else 0.0 (the DESIGN table's "team: reasoner correct"; both agents get it);
+    ``success`` = the reasoner's answer is correct.
+
+    Termination: terminated when both agents gave an answer this turn and math-verify finds
+    them equivalent (either way round), whether or not it is correct (the paper ends the
+    episode on agreement); truncated after ``max_turns`` turns.
+
+    Instances: ``reset(seed=s)`` takes a problem of the seed's split (``split_of_seed``: seeds
+    >= ``TRAIN_SEED_LIMIT`` are test). Generated set: drawn from ``np.random.default_rng(s)``;
+    a question's split is a SHA-256 bucket of its text, so train and test never share a
+    question. Loaded set: a problem is test if a SHA-256 hash of its id falls in the
+    ``test_fraction`` share; seed ``s`` takes problem ``s % n`` of the train list (``n`` train
+    problems), test seed ``s`` problem ``(s - TRAIN_SEED_LIMIT) % n`` of the test list, so
+    consecutive test seeds walk the whole test list once. ``reset(options={"problem": ...})``
+    (a :class:`MathProblem` or a dict with ``question``, ``answer`` and optional ``id``) plays
+    a given problem.
+
+    Args (keyword-only):
+        dataset: "generated" (default, offline) or a local .jsonl/.json/.parquet path or a
+            ``datasets`` hub name, read once at construction.
+        dataset_format: row format of a loaded dataset, one of "aime", "olympiadbench",
+            "polaris", "records" (required with a path or hub name; only then).
+        hub_split ("train"), hub_config (None): split and config name of a hub dataset.
+        test_fraction: share of a loaded dataset's problems reserved for test seeds (0.5;
+            in [0, 1]; 1.0 = an evaluation-only set, 0.0 = a training-only set).
+        problems: a pre-loaded list of :class:`MathProblem` (or records) used instead of
+            ``dataset`` (split by id like a loaded dataset). Clones share it, never copy it.
+        difficulty (2; 1, 2 or 3) and kinds (all of "arithmetic", "fractions", "linear",
+            "system", "quadratic"): the generated set's level and problem kinds.
+        max_turns: turns T (3). alpha: team-reward weight (1.0).
+        invalid_action_penalty: local reward of an unusable response (-1.0).
+        correct_reward (1.0), wrong_reward (0.0): local reward of a correct / wrong answer.
+        sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
+            256 MB).
+        prompt_style: "full" (paper-style prompt with the roles explained) or "compact" (a few
+            lines: problem, the other's answer, answer format), for very small models.
+        code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
+            executor, or a fake in tests).
+    """
+
+    metadata = {"name": "math_v0"}
+    possible_agents = ["reasoner", "tool"]
+    roles = {"reasoner": _REASONER, "tool": _TOOL}
+    workflow = [("reasoner", "tool")]
+
+    def __init__(self, *, dataset: str = "generated", dataset_format: str | None = None,
+                 hub_split: str = "train", hub_config: str | None = None,
+                 test_fraction: float = 0.5,
+                 problems: Sequence[MathProblem | Mapping[str, Any]] | None = None,
+                 difficulty: int = 2, kinds: Sequence[str] = KINDS,
+                 max_turns: int = 3, alpha: float = 1.0, invalid_action_penalty: float = -1.0,
+                 correct_reward: float = 1.0, wrong_reward: float = 0.0,
+                 sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 prompt_style: str = "full", code_runner: CodeRunner | None = None):
+        self.difficulty, self.kinds = check_generator_args(difficulty, kinds)
+        self.test_fraction = check_float("test_fraction", test_fraction)
+        if not 0.0 <= self.test_fraction <= 1.0:
+            raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction!r}")
+        self.reward_config = RewardConfig(
+            correct_reward=check_float("correct_reward", correct_reward),
+            wrong_reward=check_float("wrong_reward", wrong_reward))
+        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
+        self.prompt_style = prompt_style
+        self.code_runner = check_code_runner(code_runner)
+        self.load_report: LoadReport | None = None
+        self.problems = self._resolve_problems(dataset, dataset_format, hub_split, hub_config,
+                                               problems)
+        self.dataset = dataset
+        self._splits = self._split_problems()
+        super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
+                         invalid_action_penalty=check_float("invalid_action_penalty",
+                                                             invalid_action_penalty))
+        self.problem: MathProblem | None = None
+        self.gold: tuple = ()
+        self.answers: dict[str, AgentAnswer] = {}
+
+    # ------------------------------------------------------------------ construction
+    def _resolve_problems(self, dataset: Any, dataset_format: Any, hub_split: Any,
+                          hub_config: Any, problems: Any) -> tuple[MathProblem, ...] | None:
+        """None for the generated set, else the immutable problem tuple (loaded or given)."""
+        if not isinstance(dataset, str) or not dataset.strip():
+            raise ValueError(f"dataset must be 'generated', a file path or a hub name, "
+                             f"got {dataset!r}")
+        if not isinstance(hub_split, str) or not hub_split:
+            raise ValueError(f"hub_split must be a split name, got {hub_split!r}")
+        if hub_config is not None and (not isinstance(hub_config, str) or not hub_config):
+            raise ValueError(f"hub_config must be None or a config name, got {hub_config!r}")
+        if problems is not None:
+            if dataset != "generated" or dataset_format is not None:
+                raise ValueError("give either problems or dataset/dataset_format, not both")
+            if isinstance(problems, (str, Mapping)) or not isinstance(problems, Sequence):
+                raise ValueError("problems must be a list of MathProblem or records")
+            converted = []
+            for index, item in enumerate(problems):
+                try:
+                    converted.append(item if isinstance(item, MathProblem)
+                                     else problem_from_record(item))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise ValueError(f"problems[{index}] is not a valid problem: {exc}") from exc
+            if not converted:
+                raise ValueError("problems must not be empty")
+            return tuple(converted)
+        if dataset == "generated":
+            if dataset_format is not None:
+                raise ValueError("dataset_format applies to a loaded dataset, not 'generated'")
+            return None
+        if dataset_format not in DATASET_FORMATS:
+            raise ValueError(f"dataset={dataset!r} needs dataset_format, one of "
+                             f"{DATASET_FORMATS}; got {dataset_format!r}")
+        loaded, self.load_report = load_problems(dataset, dataset_format=dataset_format,
+                                                 split=hub_split, config=hub_config)
+        return tuple(loaded)
+
+    def _split_problems(self) -> dict[str, tuple[int, ...]]:
+        """Indices of the train and test problems of a loaded/given set (by id hash)."""
+        if self.problems is None:
+            return {}
+        splits: dict[str, list[int]] = {"train": [], "test": []}
+        for index, problem in enumerate(self.problems):
+            splits[split_of_id(problem.id, self.test_fraction)].append(index)
+        logger.info("math: %d train / %d test problems (test_fraction=%g)",
+                    len(splits["train"]), len(splits["test"]), self.test_fraction)
+        return {name: tuple(indices) for name, indices in splits.items()}
+
+    def clone(self) -> "MathEnv":
+        """An independent copy in the same state that SHARES the immutable problem list, split
+        indices, current problem and parsed reference answer (a loaded dataset is never
+        deep-copied per branch)."""
+        shared = (self.problems, self._splits, self.problem, self.gold)
+        return copy.deepcopy(self, {id(item): item for item in shared})
+
+    # ------------------------------------------------------------------ hooks
+    def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:
+        given = options.get("problem")
+        self.problem = _check_problem(given) if given is not None else self._seeded_problem(seed)
+        self.gold = parse_math(self.problem.answer, trusted=True)
+        if not self.gold:
+            logger.warning("math: the reference answer %r of problem %s does not parse; no "
+                           "answer can score as correct", self.problem.answer, self.problem.id)
+        self.answers = {agent: _NO_ANSWER for agent in self.possible_agents}
+
+    def _seeded_problem(self, seed: int | None) -> MathProblem:
+        split = split_of_seed(seed)
+        if self.problems is None:
+            return generate_problem(self.np_random, difficulty=self.difficulty,
+                                    kinds=self.kinds, split=split)
+        indices = self._splits[split]
+        if not indices:
+            raise ValueError(f"math: the dataset has no {split} problems "
+                             f"(test_fraction={self.test_fraction:g}); use seeds of the other "
+                             "split or another test_fraction")
+        if seed is None:
+            position = int(self.np_random.integers(len(indices)))
+        else:
+            position = (int(seed) - (TRAIN_SEED_LIMIT if split == "test" else 0)) % len(indices)
+        return self.problems[indices[position]]
+
+    def _observe(self, agent: str) -> str:
+        other = "tool" if agent == "reasoner" else "reasoner"
+        question = to_ascii(self.problem.question)
+        own, theirs = self.answers[agent].report, self.answers[other].report
+        if self.prompt_style == "compact":
+            lines = [f"Problem: {question}"]
+            if self.turn:
+                lines.append(f"Your answer: {clip_text(own, 80)}. "
+                             f"Other agent: {clip_text(theirs, 80)}.")
+            lines.append("End with your answer like \\boxed{42}." if agent == "reasoner" else
+                         "Write a ```python block that prints the answer, like: print(42)")
+            return "\n".join(lines)
+        lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
+                 question, ""]
+        if agent == "reasoner":
+            lines.append("You are the reasoning agent. A tool agent solves the same problem "
+                         "by writing Python code; the episode ends when your answers agree.")
+        else:
+            lines.append("You are the tool agent. A reasoning agent solves the same problem "
+                         "step by step; the episode ends when your answers agree.")
+        if self.turn:
+            lines += [f"Your latest answer: {own}",
+                      f"The {'tool' if agent == 'reasoner' else 'reasoning'} agent's latest "
+                      f"answer: {theirs}",
+                      "If the answers differ, check both and decide which is right."]
+        if agent == "reasoner":
+            lines.append("Reason step by step, then give the final answer in \\boxed{}, e.g. "
+                         "\\boxed{42} or \\boxed{\\frac{3}{4}}.")
+        else:
+            lines.append("Write a Python program in a ```python fenced block that solves the "
+                         "problem and prints only the final answer on its last line, e.g. "
+                         "print(42) or print('3/4'). It gets no input and runs in a sandbox "
+                         f"with a {self.sandbox_limits.wall_time_s:g} s limit.")
+        return "\n".join(lines)
+
+    def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
+                     raw: Mapping[str, str]) -> StageOutcome:
+        local, feedback, correct = {}, {}, {}
+        for agent in stage:
+            answer = (self._reasoner_answer(parsed[agent]) if agent == "reasoner"
+                      else self._tool_answer(parsed[agent]))
+            self.answers[agent] = answer
+            if answer.text is None:
+                correct[agent] = False
+                local[agent] = self.invalid_action_penalty
+                feedback[agent] = f"Unusable response: {answer.report}"
+                continue
+            correct[agent] = is_correct(self.gold, answer.parsed)
+            local[agent] = (self.reward_config.correct_reward if correct[agent]
+                            else self.reward_config.wrong_reward)
+            verdict = ("correct" if correct[agent] else "wrong" if answer.parsed
+                       else "wrong (math-verify could not read it)")
+            feedback[agent] = f"Answer {clip_text(answer.text, 80)!r}: {verdict}"
+        success = correct.get("reasoner", False)
+        first, second = self.answers["reasoner"], self.answers["tool"]
+        agree = (first.text is not None and second.text is not None
+                 and answers_equivalent(first.parsed, second.parsed))
+        if agree:
+            for agent in stage:
+                feedback[agent] += "; both agents agree"
+        return StageOutcome(local=local, team=1.0 if success else 0.0, success=success,
+                            terminated=agree, feedback=feedback)
+
+    # ------------------------------------------------------------------ stages
+    @staticmethod
+    def _reasoner_answer(parsed: ParseResult) -> AgentAnswer:
+        if not parsed.ok:
+            return AgentAnswer(text=None, parsed=(), report=f"none ({parsed.error})")
+        return AgentAnswer(text=parsed.value, parsed=parse_math(parsed.value),
+                           report=to_ascii(parsed.value))
+
+    def _tool_answer(self, parsed: ParseResult) -> AgentAnswer:
+        if not parsed.ok:
+            return AgentAnswer(text=None, parsed=(), report=f"none (no program ran: "
+                                                            f"{parsed.error})")
+        result, failure = run_tool_program(parsed.value, limits=self.sandbox_limits,
+                                           runner=self.code_runner, task_name="math")
+        if failure:
+            return AgentAnswer(text=None, parsed=(), report=f"none ({failure})")
+        output = parse_program_output(result.stdout)
+        if not output.ok:
+            return AgentAnswer(text=None, parsed=(), report=f"none ({output.error})")
+        return AgentAnswer(text=output.value, parsed=parse_math(output.value),
+                           report=to_ascii(clip_text(output.value, 200)))
+
+
+# ------------------------------------------------------------------------------ validation
+def _check_problem(problem: MathProblem | Mapping[str, Any]) -> MathProblem:
+    if isinstance(problem, MathProblem):
+        return problem
+    if not isinstance(problem, Mapping):
+        raise ValueError(f"options['problem'] must be a MathProblem or a dict, "
+                         f"got {type(problem).__name__}")
+    record = dict(problem)
+    record.setdefault("id", "custom")
+    try:
+        return problem_from_record(record)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"options['problem'] is not a valid problem: {exc}") from exc

@@ -1,0 +1,513 @@
+"""Math: conformance, answer extraction, math-verify scoring, agreement, data, hostile input."""
+
+import ast
+import math
+import re
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pettingzoo.test import parallel_api_test
+
+from pettingllms_envs.data import DatasetUnavailableError
+from pettingllms_envs.math import (
+    MAX_ANSWER_CHARS,
+    MathEnv,
+    answers_equivalent,
+    expression_too_costly,
+    extract_boxed,
+    extract_python_code,
+    math_equal,
+    parse_math,
+    parse_program_output,
+    parse_reasoner_answer,
+    to_ascii,
+)
+from pettingllms_envs.math_data import (
+    MathProblem, generate_problems, split_of_id, split_of_question, write_problems_jsonl)
+from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
+from pettingllms_rllib.envs import (
+    TRAIN_SEED_LIMIT, ParseResult, check_clone_contract, check_text_env)
+
+FAST = SandboxLimits(wall_time_s=2, cpu_time_s=2, memory_mb=256)
+HALF = MathProblem(id="half", question="What is 1 divided by 2?", answer="\\frac{1}{2}")
+
+
+def _result(stdout: str, exit_code: int = 0, stderr: str = "") -> SandboxResult:
+    return SandboxResult(stdout=stdout, stderr=stderr, exit_code=exit_code, timed_out=False,
+                         killed_by_signal=None, output_truncated=False, network_isolated=True,
+                         wall_time_s=0.0)
+
+
+def _fake_python(code: str) -> SandboxResult:
+    """Stand-in for the sandbox that runs programs made of ``print(<literal>)`` lines (and
+    fails on anything else), so env-level tests do not pay an interpreter start."""
+    printed = []
+    for line in code.splitlines():
+        match = re.fullmatch(r"print\((.*)\)", line.strip())
+        try:
+            printed.append(str(ast.literal_eval(match.group(1))))
+        except (AttributeError, ValueError, SyntaxError):
+            return _result("", exit_code=1, stderr=f"cannot run: {line[:40]!r}")
+    return _result("".join(p + "\n" for p in printed))
+
+
+def _echo_runner(code: str) -> SandboxResult:
+    """The program 'prints' its own source, so hostile text also reaches the output parser."""
+    return _result(code)
+
+
+def _program(answer: str) -> str:
+    return f"Let me compute it.\n```python\nprint({answer!r})\n```\n"
+
+
+def _env(problem: MathProblem = HALF, **kwargs) -> MathEnv:
+    kwargs.setdefault("code_runner", _fake_python)
+    env = MathEnv(sandbox_limits=FAST, **kwargs)
+    env.reset(seed=0, options={"problem": problem})
+    return env
+
+
+def _play(env: MathEnv, step: int) -> dict[str, str]:
+    """Real moves: on even steps the reasoner is right and the tool wrong (no agreement, the
+    episode goes on), on odd steps both are right (agreement ends it)."""
+    answer = env.problem.answer
+    tool = answer if step % 2 else f"{answer} + 1"
+    return {"reasoner": f"So the answer is \\boxed{{{answer}}}.", "tool": _program(tool)}
+
+
+# ------------------------------------------------------------------------------ conformance
+def test_pettingzoo_parallel_api():
+    parallel_api_test(MathEnv(code_runner=_fake_python), num_cycles=20)
+
+
+def test_text_env_conformance_suite():
+    check_text_env(lambda: MathEnv(code_runner=_fake_python), seeds=(0, 1, 2))
+
+
+def test_clone_contract_with_answers_that_agree_and_disagree():
+    env = MathEnv(code_runner=_fake_python, max_turns=4)
+    check_clone_contract(env, seed=3, action_fn=_play, clone_after_steps=(0, 1))
+
+
+def test_clone_contract_with_real_sandbox_runs():
+    env = MathEnv(sandbox_limits=FAST, max_turns=2, kinds=["arithmetic"])
+    check_clone_contract(env, seed=5, action_fn=_play, clone_after_steps=(1,))
+
+
+def test_clone_shares_the_loaded_problem_list_instead_of_copying_it(tmp_path):
+    path = str(tmp_path / "set.jsonl")
+    write_problems_jsonl(generate_problems(40, seed=0), path)
+    env = MathEnv(dataset=path, dataset_format="records", code_runner=_fake_python)
+    env.reset(seed=1)
+    twin = env.clone()
+    assert twin.problems is env.problems and twin.problem is env.problem
+    assert twin.answers is not env.answers
+    twin.step(_play(twin, 0))
+    assert env.turn == 0 and twin.turn == 1
+    check_clone_contract(env, seed=2, action_fn=_play)
+
+
+@pytest.mark.parametrize("bad", [
+    {"difficulty": 0}, {"difficulty": 2.0}, {"kinds": []}, {"kinds": ["geometry"]},
+    {"max_turns": 0}, {"alpha": "1"}, {"invalid_action_penalty": float("nan")},
+    {"correct_reward": None}, {"wrong_reward": float("inf")}, {"test_fraction": 1.5},
+    {"test_fraction": -0.1}, {"sandbox_limits": "fast"}, {"sandbox_limits": {"bogus": 1}},
+    {"prompt_style": "tiny"}, {"code_runner": 3}, {"dataset": ""}, {"dataset": None},
+    {"dataset": "org/name"}, {"dataset": "org/name", "dataset_format": "gsm8k"},
+    {"dataset_format": "aime"}, {"problems": []}, {"problems": "abc"},
+    {"problems": [{"question": "no id", "answer": "1"}]},
+    {"problems": [HALF], "dataset": "org/name", "dataset_format": "aime"},
+    {"hub_split": ""}, {"hub_config": 3},
+])
+def test_constructor_validates_arguments(bad):
+    with pytest.raises(ValueError):
+        MathEnv(**bad)
+
+
+def test_defaults():
+    env = MathEnv()
+    assert env.workflow == [("reasoner", "tool")] and env.max_turns == 3 and env.alpha == 1.0
+    assert env.invalid_action_penalty == -1.0 and env.prompt_style == "full"
+    assert env.difficulty == 2 and env.problems is None and env.test_fraction == 0.5
+    assert env.sandbox_limits.wall_time_s == 3 and env.sandbox_limits.memory_mb == 256
+
+
+# ------------------------------------------------------------------------------ instances
+def test_same_seed_same_problem_and_prompts_different_seeds_different_problems():
+    questions = []
+    for seed in range(15):
+        obs_a, _ = MathEnv().reset(seed=seed)
+        first = MathEnv()
+        obs_b, _ = first.reset(seed=seed)
+        assert obs_a == obs_b
+        questions.append(first.problem.question)
+    assert len(set(questions)) == len(questions)
+
+
+def test_generated_instances_come_from_the_split_of_the_seed():
+    env = MathEnv()
+    for seed in (0, 1, 2, 17, TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 1, TRAIN_SEED_LIMIT + 99):
+        env.reset(seed=seed)
+        expected = "test" if seed >= TRAIN_SEED_LIMIT else "train"
+        assert split_of_question(env.problem.question) == expected
+
+
+def test_loaded_problems_are_split_by_id_and_test_seeds_walk_the_test_list():
+    problems = [MathProblem(id=f"p{i}", question=f"What is {i} + {i}?", answer=str(2 * i))
+                for i in range(30)]
+    env = MathEnv(problems=problems, test_fraction=0.3)
+    test_ids = {p.id for p in problems if split_of_id(p.id, 0.3) == "test"}
+    assert 0 < len(test_ids) < len(problems)
+    seen = []
+    for offset in range(len(test_ids)):
+        env.reset(seed=TRAIN_SEED_LIMIT + offset)
+        seen.append(env.problem.id)
+    assert set(seen) == test_ids and len(seen) == len(set(seen))
+    for seed in range(40):
+        env.reset(seed=seed)
+        assert env.problem.id not in test_ids
+
+
+def test_an_evaluation_only_dataset_has_no_training_seeds():
+    env = MathEnv(problems=[HALF], test_fraction=1.0)
+    env.reset(seed=TRAIN_SEED_LIMIT + 5)
+    assert env.problem == HALF
+    with pytest.raises(ValueError, match="no train problems"):
+        env.reset(seed=0)
+
+
+def test_dataset_argument_loads_a_local_file_once(tmp_path):
+    path = str(tmp_path / "aime.jsonl")
+    with open(path, "w") as handle:
+        handle.write('{"id": "a1", "problem": "What is 6 * 7?", "answer": 42}\n{oops\n')
+    env = MathEnv(dataset=path, dataset_format="aime", test_fraction=0.0)
+    assert env.load_report.kept == 1 and env.load_report.skipped == 1
+    obs, _ = env.reset(seed=3)
+    assert "What is 6 * 7?" in obs["reasoner"] and env.problem.answer == "42"
+    with pytest.raises(DatasetUnavailableError):
+        MathEnv(dataset=str(tmp_path / "missing.jsonl"), dataset_format="aime")
+
+
+def test_reset_plays_a_given_problem_dict():
+    env = MathEnv(code_runner=_fake_python)
+    obs, _ = env.reset(options={"problem": {"question": "What is 2 + 2?", "answer": "4"}})
+    assert env.problem.answer == "4" and "What is 2 + 2?" in obs["tool"]
+    with pytest.raises(ValueError):
+        env.reset(options={"problem": {"question": "no answer"}})
+
+
+# ------------------------------------------------------------------------------ parsing
+@pytest.mark.parametrize("text, content", [
+    ("The answer is \\boxed{42}.", "42"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("first \\boxed{1} then \\boxed{2}", "2"),
+    ("\\boxed{3} and an unclosed \\boxed{4", "3"),
+    ("\\boxed {x = \\{1, 2\\}}", "x = \\{1, 2\\}"),
+    ("$\\boxed 7$", "7"),
+    ("\\boxed{\\boxed{5}}", "5"),
+    ("}}} \\boxed{a{b}c} {{{", "a{b}c"),
+])
+def test_extract_boxed_takes_the_last_complete_box(text, content):
+    assert extract_boxed(text) == content
+
+
+@pytest.mark.parametrize("text", ["", "42", "\\boxed", "\\boxed{", "\\boxed{1", "boxed{1}",
+                                  "\\boxed\n{1"])
+def test_extract_boxed_finds_nothing(text):
+    assert extract_boxed(text) is None
+
+
+@pytest.mark.parametrize("text, error", [
+    ("I think it is 7.", "no \\boxed"),
+    ("\\boxed{}", "empty"),
+    ("\\boxed{ $ $ }", "empty"),
+    ("\\boxed{" + "1" * (MAX_ANSWER_CHARS + 1) + "}", "longer than"),
+])
+def test_reasoner_answers_that_do_not_parse(text, error):
+    result = parse_reasoner_answer(text)
+    assert not result.ok and result.value is None and error in result.error
+
+
+def test_reasoner_answer_is_the_stripped_box_content():
+    assert parse_reasoner_answer("so \\boxed{ $-3$ }") == ParseResult(value="-3")
+
+
+@pytest.mark.parametrize("stdout, answer", [
+    ("42\n", "42"), ("thinking\n\n  1/2  \n\n", "1/2"), ("a\r\nb\r\n", "b"), ("$7$", "7")])
+def test_program_answer_is_the_last_non_empty_line(stdout, answer):
+    assert parse_program_output(stdout) == ParseResult(value=answer)
+
+
+@pytest.mark.parametrize("stdout", ["", " \n \n", "9" * (MAX_ANSWER_CHARS + 1)])
+def test_program_outputs_without_a_usable_answer(stdout):
+    assert not parse_program_output(stdout).ok
+
+
+# ------------------------------------------------------------------------------ math-verify
+@pytest.mark.parametrize("gold, prediction", [
+    ("\\frac{1}{2}", "0.5"), ("\\frac{1}{2}", "1/2"), ("0.5", "\\frac{1}{2}"),
+    ("\\frac{1}{2}", "\\dfrac{1}{2}"), ("42", "42.0"), ("42", "x = 42"),
+    ("\\frac{\\sqrt{3}}{2}", "\\sqrt{3}/2"), ("3, 5", "5, 3"), ("-7/12", "-\\frac{7}{12}"),
+    ("5", "The answer is 5"),
+])
+def test_equivalent_forms_are_correct(gold, prediction):
+    assert math_equal(gold, prediction)
+
+
+@pytest.mark.parametrize("gold, prediction", [
+    ("\\frac{1}{2}", "0.3333"), ("42", "43"), ("3, 5", "3"), ("2^{10}", "2^{11}"),
+    ("1/2", ""), ("1/2", "half"),
+])
+def test_different_answers_are_wrong(gold, prediction):
+    assert not math_equal(gold, prediction)
+
+
+@pytest.mark.parametrize("answer", [
+    "3^{3^{3^{3}}}", "(10^{100})!", "e^{e^{e^{e^{e}}}}", "\\binom{10^{9}}{10^{5}}",
+    "\\prod_{k=1}^{10^{6}} k", "(x+y+z)^{40}", "\\Gamma(10^{8})", "{{{{{{{{{{1}}}}}}}}}}",
+])
+def test_answers_too_costly_to_compare_are_unusable_not_a_hang(answer):
+    """Off the main thread math-verify has no timeout: these must be refused up front."""
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(parsed=parse_math(answer)))
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), f"parsing {answer!r} hung"
+    assert done["parsed"] == ()
+
+
+def test_cheap_large_answers_still_compare():
+    assert math_equal("2^{2023}", "2^{2023}") and not math_equal("2^{2023}", "2^{2022}")
+    assert math_equal("720", "6!")
+    assert not expression_too_costly(parse_math("(x+1)^{10}")[0])
+
+
+def test_agreement_is_symmetric():
+    a, b = parse_math("x = 3"), parse_math("3")
+    assert answers_equivalent(a, b) and answers_equivalent(b, a)
+    assert not answers_equivalent(parse_math("3"), parse_math("4"))
+    assert not answers_equivalent((), ())
+
+
+def test_scoring_works_off_the_main_thread():
+    """Ray may step envs from a worker thread, where signal-based timeouts would raise."""
+    out = {}
+
+    def run():
+        env = _env()
+        out["step"] = env.step({"reasoner": "\\boxed{0.5}", "tool": _program("1/2")})
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(timeout=120)
+    _, rewards, terms, _, infos = out["step"]
+    assert infos["reasoner"]["reward_local"] == 1.0 and infos["tool"]["reward_local"] == 1.0
+    assert all(terms.values())
+
+
+# ------------------------------------------------------------------------------ rewards
+@pytest.mark.parametrize("boxed", ["\\frac{1}{2}", "1/2", "0.5", "\\dfrac12"])
+def test_correct_boxed_answer_in_any_equivalent_form(boxed):
+    env = _env()
+    _, rewards, _, _, infos = env.step({"reasoner": f"Thus \\boxed{{{boxed}}}.",
+                                        "tool": _program("0.25")})
+    info = infos["reasoner"]
+    assert info["reward_local"] == 1.0 and info["reward_team"] == 1.0 and info["success"]
+    assert rewards["reasoner"] == 2.0 and info["parse_error"] is None
+    assert infos["tool"]["reward_local"] == 0.0 and rewards["tool"] == 1.0  # team reward
+
+
+def test_wrong_answers_score_zero_and_no_team_reward():
+    env = _env(alpha=0.5)
+    _, rewards, _, _, infos = env.step({"reasoner": "\\boxed{1/3}", "tool": _program("1/3")})
+    assert rewards == {"reasoner": 0.0, "tool": 0.0}
+    assert not infos["reasoner"]["success"] and "wrong" in infos["reasoner"]["feedback"]
+
+
+def test_missing_box_is_a_parse_error_with_the_penalty():
+    env = _env(invalid_action_penalty=-2.0)
+    _, rewards, terms, _, infos = env.step({"reasoner": "The answer is one half.",
+                                            "tool": _program("0.5")})
+    assert infos["reasoner"]["parse_error"] and rewards["reasoner"] == -2.0
+    assert infos["tool"]["reward_local"] == 1.0 and rewards["tool"] == 1.0  # team stays 0
+    assert not any(terms.values())
+
+
+def test_reward_coefficients_are_configurable():
+    env = _env(correct_reward=2.0, wrong_reward=-0.5, alpha=0.0)
+    _, rewards, _, _, _ = env.step({"reasoner": "\\boxed{0.5}", "tool": _program("2")})
+    assert rewards == {"reasoner": 2.0, "tool": -0.5}
+
+
+@pytest.mark.parametrize("response, reason", [
+    ("I would use Python.", "no program ran"),
+    ("```python\nraise ValueError\n```", "failed"),
+    ("```python\nprint('')\n```", "printed nothing"),
+    (_program("9" * 300), "longer than"),
+])
+def test_tool_failures_get_the_penalty_and_are_shown_to_the_reasoner(response, reason):
+    env = _env()
+    obs, rewards, _, _, infos = env.step({"reasoner": "\\boxed{7}", "tool": response})
+    assert infos["tool"]["reward_local"] == env.invalid_action_penalty
+    assert reason in obs["reasoner"].lower() and reason in infos["tool"]["feedback"].lower()
+
+
+def test_tool_answer_is_the_last_printed_line():
+    env = _env()
+    code = "```python\nprint('computing...')\nprint(0.5)\n```"
+    _, _, _, _, infos = env.step({"reasoner": "\\boxed{3}", "tool": code})
+    assert infos["tool"]["reward_local"] == 1.0
+
+
+def test_code_runner_exceptions_are_contained():
+    def broken(code):
+        raise RuntimeError("executor down")
+
+    env = _env(code_runner=broken)
+    _, rewards, _, _, infos = env.step({"reasoner": "\\boxed{1}", "tool": _program("0.5")})
+    assert infos["tool"]["reward_local"] == -1.0 and "RuntimeError" in infos["tool"]["feedback"]
+
+
+# ------------------------------------------------------------------------------ turns
+def test_agreement_terminates_even_on_a_wrong_answer():
+    env = _env()
+    _, rewards, terms, truncs, infos = env.step({"reasoner": "\\boxed{x = 2}",
+                                                 "tool": _program("2.0")})
+    assert all(terms.values()) and not any(truncs.values()) and env.agents == []
+    assert not infos["reasoner"]["success"] and "agree" in infos["tool"]["feedback"]
+
+
+def test_correct_agreement_solves_the_episode():
+    env = _env()
+    _, rewards, terms, _, infos = env.step({"reasoner": "\\boxed{\\frac{1}{2}}",
+                                            "tool": _program("0.5")})
+    assert all(terms.values()) and infos["tool"]["success"]
+    assert rewards == {"reasoner": 2.0, "tool": 2.0}
+
+
+def test_disagreement_continues_and_each_sees_the_others_latest_answer():
+    env = _env()
+    obs, _, terms, truncs, infos = env.step({"reasoner": "\\boxed{0.5}", "tool": _program("3/7")})
+    assert not any(terms.values()) and not any(truncs.values()) and env.turn == 1
+    assert "tool agent's latest answer: 3/7" in obs["reasoner"]
+    assert "Your latest answer: 0.5" in obs["reasoner"]
+    assert "reasoning agent's latest answer: 0.5" in obs["tool"]
+    assert "Your latest answer: 3/7" in obs["tool"]
+    assert all(info["acting"] for info in infos.values())
+    obs, _, terms, _, _ = env.step({"reasoner": "no box", "tool": _program("0.5")})
+    assert "reasoning agent's latest answer: none (no \\boxed" in obs["tool"]
+    assert not any(terms.values())
+
+
+def test_episode_truncates_after_max_turns():
+    env = _env(max_turns=2)
+    env.step({"reasoner": "\\boxed{1}", "tool": _program("2")})
+    _, _, terms, truncs, infos = env.step({"reasoner": "\\boxed{0.5}", "tool": _program("2")})
+    assert all(truncs.values()) and not any(terms.values()) and env.agents == []
+    assert infos["reasoner"]["success"] and infos["reasoner"]["acting"] is False
+
+
+def test_oracle_pair_solves_seeded_instances():
+    for seed in (1, 2, TRAIN_SEED_LIMIT + 3):
+        env = MathEnv(code_runner=_fake_python)
+        env.reset(seed=seed)
+        answer = env.problem.answer
+        _, rewards, terms, _, infos = env.step(
+            {"reasoner": f"Step by step ... \\boxed{{{answer}}}", "tool": _program(answer)})
+        assert all(terms.values()) and infos["reasoner"]["success"]
+        assert rewards == {"reasoner": 2.0, "tool": 2.0}
+
+
+def test_real_sandbox_program_solves_an_instance():
+    env = MathEnv(sandbox_limits=FAST)
+    env.reset(options={"problem": MathProblem(id="frac", question="Compute 1/3 + 1/6.",
+                                              answer="1/2")})
+    code = ("```python\nfrom fractions import Fraction\n"
+            "print('working')\nprint(Fraction(1, 3) + Fraction(1, 6))\n```")
+    _, rewards, terms, _, infos = env.step({"reasoner": "\\boxed{\\frac12}", "tool": code})
+    assert infos["tool"]["reward_local"] == 1.0 and all(terms.values())
+
+
+# ------------------------------------------------------------------------------ prompts
+def test_full_prompts_show_the_problem_turn_and_answer_format():
+    env = MathEnv(code_runner=_fake_python)
+    obs, _ = env.reset(seed=4)
+    for agent, text in obs.items():
+        assert env.problem.question in text and "turn 1 of 3" in text and text.isascii()
+    assert "\\boxed{42}" in obs["reasoner"] and "```python" in obs["tool"]
+    obs, *_ = env.step({"reasoner": "\\boxed{1}", "tool": _program("2")})
+    assert "turn 2 of 3" in obs["reasoner"] and env.problem.question in obs["tool"]
+
+
+def test_compact_prompt_keeps_the_state_and_answer_format():
+    env = _env(prompt_style="compact")
+    obs = env.current_observations()
+    assert obs["reasoner"].startswith("Problem: What is 1 divided by 2?")
+    assert "\\boxed{42}" in obs["reasoner"] and "print(42)" in obs["tool"]
+    obs, *_ = env.step({"reasoner": "\\boxed{1}", "tool": _program("2")})
+    assert "Other agent: 2." in obs["reasoner"] and "Other agent: 1." in obs["tool"]
+    assert max(len(t.splitlines()) for t in obs.values()) <= 4
+
+
+def test_non_ascii_problems_are_shown_in_ascii():
+    env = _env(MathProblem(id="u", question="Find x \u2264 3 \u2212 y for caf\u00e9 \u65e5.",
+                           answer="1"))
+    text = env.current_observations()["reasoner"]
+    assert "Find x <= 3 - y for cafe ?." in text
+    assert to_ascii("plain") == "plain"
+
+
+# ------------------------------------------------------------------------------ hostile input
+_PIECES = ["\\boxed{", "\\boxed", "\\boxed ", "}", "{", "\\frac{1}{2}", "$", "```python\n",
+           "```py\n", "```", "```\n", "\n", "print(", ")", "'", "0.5", "1/2", "^{", "9", "!",
+           "\\{", "\\}", "\x00", "\ufffd", "\u00e9", "\U0001f642", "\r\n", "x" * 50, " ",
+           "{\"answer\": ", "\"", "[", "\\sqrt{", "(", "```python\nprint(1)\n```"]
+_ECHO = MathEnv(code_runner=_fake_python).reset(seed=8)[0]["reasoner"]
+_hostile = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.sampled_from(_PIECES), max_size=40).map("".join),
+    st.tuples(st.text(max_size=12), st.integers(50, 1000)).map(lambda p: p[0] * p[1]),
+    st.sampled_from(["", " ", "\n" * 1000, "\\boxed{" * 3000, "}" * 5000 + "\\boxed{1}",
+                     "```python\n" * 500 + "print(1)\n" + "```\n" * 500, _ECHO,
+                     _ECHO + "\\boxed{" + _ECHO + "}", '{"answer": "1/2", "reason',
+                     "\\boxed{" * 100 + "1" + "}" * 100, "\\boxed " + "7" * 10_000]),
+)
+_HOSTILE = settings(max_examples=2000, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@_HOSTILE
+@given(_hostile)
+def test_parsers_never_raise_on_hostile_text(text):
+    for parser in (parse_reasoner_answer, parse_program_output, extract_python_code):
+        result = parser(text)
+        assert isinstance(result, ParseResult) and (result.ok == (result.error is None))
+    answer = parse_reasoner_answer(text)
+    if answer.ok:
+        assert answer.value.strip() and len(answer.value) <= MAX_ANSWER_CHARS
+        assert answer.value == extract_boxed(text).strip().strip("$").strip()
+
+
+def test_parsers_handle_megabytes_of_text():
+    for text in ("x" * 2_000_000, "\\boxed{" * 200_000, "{" * 1_000_000 + "\\boxed{1}",
+                 "\\boxed 1" * 200_000, "\n" * 1_000_000 + "7"):
+        for parser in (parse_reasoner_answer, parse_program_output, extract_python_code):
+            assert isinstance(parser(text), ParseResult)
+
+
+_HOSTILE_ENV = MathEnv(code_runner=_echo_runner)
+
+
+@settings(_HOSTILE, max_examples=1000)
+@given(_hostile)
+def test_env_step_never_raises_on_hostile_text(text):
+    env = _HOSTILE_ENV
+    env.reset(seed=3)
+    # The same text to both roles (half the generation cost); the echo runner makes the tool's
+    # "program output" its own source, so the text also reaches the output parser.
+    obs, rewards, terms, truncs, infos = env.step({"reasoner": text, "tool": text})
+    assert all(math.isfinite(r) for r in rewards.values())
+    for agent, observation in obs.items():
+        assert env.observation_space(agent).contains(observation)
