@@ -8,9 +8,10 @@ on one task would be scored by different rules on another.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -78,6 +79,52 @@ def run_tool_program(code: str, *, limits: SandboxLimits, runner: CodeRunner | N
     if not result.ok:
         return None, "The program failed: " + clip_text(result.describe_failure())
     return result, None
+
+
+class ScoredOutcome(Protocol):
+    """A task's score of one answer (e.g. a move list): its reward and a one-line account."""
+
+    reward: float
+
+    def describe(self) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolStageResult:
+    """What a tool agent's turn produced: its local reward, the report the planner reads next
+    and the feedback shown in the tool's ``infos``."""
+
+    reward: float
+    report: str
+    feedback: str
+
+
+def score_tool_program(parsed: ParseResult, *, limits: SandboxLimits, runner: CodeRunner | None,
+                       task_name: str, penalty: float, parse_output: Callable[[str], ParseResult],
+                       simulate: Callable[[Any], ScoredOutcome], answer_kind: str,
+                       if_used: str = "If played now") -> ToolStageResult:
+    """The tool stage shared by the tool -> planner tasks (plan_path, sokoban, sudoku).
+
+    The tool's program runs in the sandbox; its stdout is read by ``parse_output`` and scored
+    by ``simulate`` (``answer -> outcome`` with ``.reward`` and ``.describe()``) *without
+    changing the state*, so the
+    tool earns exactly what the planner would earn by answering its output now. No code, a
+    failed program or unreadable output costs ``penalty``; the reason goes into the report.
+    """
+    if not parsed.ok:
+        report = f"No program ran: {parsed.error}."
+        return ToolStageResult(penalty, report, report)
+    result, failure = run_tool_program(parsed.value, limits=limits, runner=runner,
+                                       task_name=task_name)
+    if failure:
+        return ToolStageResult(penalty, failure, failure)
+    answer = parse_output(result.stdout)
+    report = "The program printed:\n" + (clip_text(result.stdout.strip()) or "(nothing)")
+    if not answer.ok:
+        report += f"\n(not {answer_kind}: {answer.error})"
+        return ToolStageResult(penalty, report, report)
+    outcome = simulate(answer.value)
+    return ToolStageResult(outcome.reward, report, f"{report}\n{if_used}: {outcome.describe()}.")
 
 
 # ------------------------------------------------------------------------------ argument checks

@@ -23,7 +23,7 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
-    extract_python_code, run_tool_program)
+    extract_python_code, score_tool_program)
 from pettingllms_envs.plan_path import MOVES, parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
@@ -606,22 +606,12 @@ class SokobanEnv(TextParallelEnv):
                               max_moves=self.max_moves_per_turn)
 
     def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
-        if not parsed.ok:
-            self.tool_report = f"No program ran: {parsed.error}."
-            return self.invalid_action_penalty, self.tool_report
-        result, failure = run_tool_program(parsed.value, limits=self.sandbox_limits,
-                                           runner=self.code_runner, task_name="sokoban")
-        if failure:
-            self.tool_report = failure
-            return self.invalid_action_penalty, self.tool_report
-        moves = parse_program_output(result.stdout)
-        output = clip_text(result.stdout.strip()) or "(nothing)"
-        if not moves.ok:
-            self.tool_report = f"The program printed:\n{output}\n(not a move list: {moves.error})"
-            return self.invalid_action_penalty, self.tool_report
-        self.tool_report = f"The program printed:\n{output}"
-        outcome = self._simulate(moves.value)
-        return outcome.reward, f"{self.tool_report}\nIf played now: {outcome.describe()}."
+        stage = score_tool_program(
+            parsed, limits=self.sandbox_limits, runner=self.code_runner, task_name="sokoban",
+            penalty=self.invalid_action_penalty, parse_output=parse_program_output,
+            simulate=self._simulate, answer_kind="a move list")
+        self.tool_report = stage.report
+        return stage.reward, stage.feedback
 
     def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
         if not parsed.ok:

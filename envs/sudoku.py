@@ -28,7 +28,7 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
-    extract_python_code, run_tool_program)
+    extract_python_code, score_tool_program)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
@@ -748,23 +748,13 @@ class SudokuEnv(TextParallelEnv):
         return score_answer(self.task, self.board, placements, self.reward_config)
 
     def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
-        if not parsed.ok:
-            self.tool_report = f"No program ran: {parsed.error}."
-            return self.invalid_action_penalty, self.tool_report
-        result, failure = run_tool_program(parsed.value, limits=self.sandbox_limits,
-                                           runner=self.code_runner, task_name="sudoku")
-        if failure:
-            self.tool_report = failure
-            return self.invalid_action_penalty, self.tool_report
-        answer = parse_program_output(result.stdout, self.size)
-        output = clip_text(result.stdout.strip()) or "(nothing)"
-        if not answer.ok:
-            self.tool_report = (f"The program printed:\n{output}\n"
-                                f"(not a Sudoku answer: {answer.error})")
-            return self.invalid_action_penalty, self.tool_report
-        self.tool_report = f"The program printed:\n{output}"
-        outcome = self._score(answer.value)
-        return outcome.reward, f"{self.tool_report}\nIf answered now: {outcome.describe()}."
+        stage = score_tool_program(
+            parsed, limits=self.sandbox_limits, runner=self.code_runner, task_name="sudoku",
+            penalty=self.invalid_action_penalty, parse_output=lambda out: parse_program_output(out, self.size),
+            simulate=self._score, answer_kind="a Sudoku answer",
+            if_used="If answered now")
+        self.tool_report = stage.report
+        return stage.reward, stage.feedback
 
     def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
         if not parsed.ok:
