@@ -24,15 +24,14 @@ from pettingllms_envs.code_data import (
     load_problem_set)
 from pettingllms_envs.code_judge import BatchRunner, TestOutcome, run_tests, stdio_input
 from pettingllms_envs.common import (
-    check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
-    extract_python_code)
+    check_code_runner, check_float, check_int, check_prompt_style, check_sandbox_limits,
+    clip_text, extract_python_code)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
 
 logger = logging.getLogger(__name__)
 
-PROMPT_STYLES = ("full", "compact")
 #: Most test cases read from one tester answer (the env keeps ``max_tests_per_answer``).
 MAX_PARSED_TESTS = 100
 #: Longest input or expected output of a tester's test case, in characters.
@@ -375,9 +374,7 @@ class CodeEnv(TextParallelEnv):
             float_tolerance=None if float_tolerance is None else check_float(
                 "float_tolerance", float_tolerance, non_negative=True))
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
-        self.prompt_style = prompt_style
+        self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self.problem_set = self._load(problems, dataset, dataset_format, dataset_split,
                                       dataset_config)

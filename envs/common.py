@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 CodeRunner = Callable[[str], SandboxResult]
 PYTHON_FENCE_TAGS = frozenset({"python", "py", "python3"})
 REPORT_CHARS = 600
+#: "full": the paper-style prompt with legend, rules and history; "compact": a few lines with
+#: the state and the answer format, for ~100M-parameter models that lose the format in long
+#: prompts. Every task accepts both.
+PROMPT_STYLES = ("full", "compact")
 
 
 # ------------------------------------------------------------------------------ text
@@ -159,6 +163,12 @@ def check_sandbox_limits(limits: SandboxLimits | Mapping[str, Any] | None,
         except TypeError as exc:
             raise ValueError(f"bad sandbox_limits: {exc}") from exc
     raise ValueError(f"sandbox_limits must be SandboxLimits or a dict, got {type(limits).__name__}")
+
+
+def check_prompt_style(style: Any) -> str:
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt_style={style!r}; accepted: {PROMPT_STYLES}")
+    return style
 
 
 def check_code_runner(runner: Any) -> CodeRunner | None:

@@ -36,8 +36,8 @@ from math_verify import parse as mv_parse
 from math_verify import verify as mv_verify
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_sandbox_limits, clip_text,
-    extract_python_code, run_tool_program)
+    CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
+    clip_text, extract_python_code, run_tool_program)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -48,7 +48,6 @@ from pettingllms_rllib.envs import (
 
 logger = logging.getLogger(__name__)
 
-PROMPT_STYLES = ("full", "compact")
 #: Deepest bracket nesting ((), [], {}) of an answer that is sent to math-verify: its LaTeX
 #: grammar backtracks exponentially in the depth (10 nested braces take seconds).
 MAX_NESTING = 5
@@ -387,9 +386,7 @@ class MathEnv(TextParallelEnv):
             correct_reward=check_float("correct_reward", correct_reward),
             wrong_reward=check_float("wrong_reward", wrong_reward))
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
-        self.prompt_style = prompt_style
+        self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self.load_report: LoadReport | None = None
         self.problems = self._resolve_problems(dataset, dataset_format, hub_split, hub_config,

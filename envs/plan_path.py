@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
-    extract_python_code, score_tool_program)
+    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code, score_tool_program)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 
@@ -36,7 +36,6 @@ _TOKEN_STRIP = "[](){}<>'\"`*.!?:-"
 _COMPACT = re.compile(r"[UDLR]+")
 _MOVES_LABEL = re.compile(r"\bmoves\s*:", re.IGNORECASE)
 MAX_PARSED_MOVES = 10_000
-PROMPT_STYLES = ("full", "compact")
 
 
 # ------------------------------------------------------------------------------ task instances
@@ -344,9 +343,7 @@ class PlanPathEnv(TextParallelEnv):
                 ("shaping_coef", shaping_coef), ("goal_bonus", goal_bonus),
                 ("optimal_bonus", optimal_bonus))})
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
-        self.prompt_style = prompt_style
+        self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",

@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
-    extract_python_code, score_tool_program)
+    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code, score_tool_program)
 from pettingllms_envs.plan_path import MOVES, parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
@@ -40,7 +40,6 @@ TEST_BUCKETS = 10
 MAX_GENERATION_ATTEMPTS = 2_000
 #: Moves of the episode shown in a prompt (the most recent ones; the count is always shown).
 SHOWN_MOVES = 200
-PROMPT_STYLES = ("full", "compact")
 
 
 # ------------------------------------------------------------------------------ levels
@@ -507,9 +506,7 @@ class SokobanEnv(TextParallelEnv):
                 ("box_off_goal_penalty", box_off_goal_penalty),
                 ("shaping_coef", shaping_coef), ("solve_bonus", solve_bonus))})
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
-        self.prompt_style = prompt_style
+        self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",

@@ -27,8 +27,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_sandbox_limits, clip_text,
-    extract_python_code, score_tool_program)
+    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code, score_tool_program)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
@@ -48,7 +48,6 @@ MAX_PARSED_PLACEMENTS = 1_000
 MAX_ANSWER_LINES = 2_000
 MAX_LINE_CHARS = 20_000
 MAX_GENERATION_ATTEMPTS = 10_000
-PROMPT_STYLES = ("full", "compact")
 
 _ANSWER_LABEL = re.compile(r"answer\s*:", re.IGNORECASE)
 #: ``_ANSWER_LABEL`` spelled backwards: searching the reversed text finds the LAST label in one
@@ -642,9 +641,7 @@ class SudokuEnv(TextParallelEnv):
                 ("progress_coef", progress_coef), ("violation_penalty", violation_penalty),
                 ("wrong_penalty", wrong_penalty), ("solve_bonus", solve_bonus))})
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r}; accepted: {PROMPT_STYLES}")
-        self.prompt_style = prompt_style
+        self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         # Per instance: the planner's parser needs the grid size.
         self.roles = {
