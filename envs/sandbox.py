@@ -31,21 +31,98 @@ cached, see :func:`sandbox_capabilities`)
   :func:`sandbox_capabilities` says so (``process_limit == "none"``). Off root, RLIMIT_NPROC
   counts *all* processes of the user, not only the sandbox's.
 * Namespaces through util-linux ``unshare`` when it works here: a user namespace (no host
-  capabilities), a network namespace (only a downed loopback: no network at all), a pid
-  namespace that dies with the program (``--kill-child``; the program is its pid 1, so signals
-  it sends itself without a handler are ignored) and a private ``/proc`` (host processes and
-  their environments are invisible). The first working variant wins; if none works the code
-  runs without them and ``SandboxResult.network_isolated`` is ``False``.
+  capabilities), a network namespace, a pid namespace that dies with the program
+  (``--kill-child``; the program is its pid 1, so signals it sends itself without a handler are
+  ignored) and a private ``/proc`` (host processes and their environments are invisible). The
+  first working variant wins (the probe runs a program that must fail to connect to
+  127.0.0.1); if none works the code runs without them, see "Network" below.
 * A wall-clock timeout: the whole process group is SIGKILLed (and the cgroup, if any, emptied).
   The group is killed after *every* run, so background children never outlive it.
 * Output goes to files the parent opened (not pipes: a 100 MB print cannot fill our memory or
   deadlock us); RLIMIT_FSIZE bounds them and only ``max_output_bytes`` are read back, with the
   random scratch path rewritten to ``/sandbox`` so identical programs give identical text.
 
+Network
+-------
+What cuts the network is the *network namespace* (``unshare --net``): the program's namespace
+holds only a loopback interface that is down, so every ``connect`` fails with ENETUNREACH (the
+host's own loopback services are unreachable too) and DNS cannot resolve. Nothing else (no
+seccomp filter, no firewall rule) blocks sockets. Where no ``unshare`` variant works (no
+binary, or user namespaces disabled, as in many containers without ``CAP_SYS_ADMIN``) programs
+run *with* the host's network: every result then says ``network_isolated=False`` and
+:attr:`SandboxCapabilities.notes` says "network NOT isolated" and why; callers that need
+isolation must check one of them. A root host can isolate without user namespaces (the plain
+``unshare --net`` variants); an unprivileged host needs unprivileged user namespaces
+(``kernel.unprivileged_userns_clone=1`` / ``user.max_user_namespaces > 0``).
+
+Many inputs: :func:`run_python_batch`
+-------------------------------------
+Running one program on N test inputs with :func:`run_python` pays N sandbox starts (namespaces
+plus a fresh interpreter, ~0.1-0.2 s each). :func:`run_python_batch` pays one: the sandboxed
+process is a small trusted *harness* (``envs/sandbox_harness.py``, run with ``python -c``) inside the same
+namespaces, rlimits, uid and pids cgroup as a single run. The harness compiles the program once
+and, per input, forks a child (a fresh copy of an interpreter that has run nothing of the
+program) that gets its own stdin/stdout/stderr files, its own RLIMIT_CPU, FSIZE and NOFILE, a
+fresh ``__main__`` module, ``sys.argv == ["solution.py"]`` and a scratch folder reset to hold
+only ``solution.py``. The harness enforces the per-input wall clock, then kills every process
+the input left (``kill(-1)`` from pid 1 of the pid namespace, or, without one, a subreaper walk
+of its children) and appends one record (exit status or signal, timeout, CPU seconds, output
+sizes, the first ``max_output_bytes`` of each stream and the last bytes of stderr) to its own
+stdout, a file the host opened. Inputs reach the harness through an unnamed file; each input's
+stdin, stdout and stderr files are unlinked as soon as they are open. The batch as a whole has
+a wall clock of ``10 s + N * (wall_time_s + 1 s)``; the host still kills the process group and
+the cgroup at the end. If the harness dies (or the batch clock runs out) the input that was
+running is reported as killed (SIGKILL; timed out if the batch clock ran out), the harness is
+started again for the inputs after it, and inputs for which no time is left are reported as
+not run (``exit_code=None``): never an exception, never a hang. A harness that cannot run at
+all (e.g. an interpreter too old for it) falls back to one :func:`run_python` per input.
+
+Per-input results match :func:`run_python` on the same program and input, with these known
+differences: the program is *not* pid 1 of its pid namespace (so ``os.getpid() != 1`` and a
+signal it sends itself without a handler does kill it, e.g. ``os.abort()`` gives SIGABRT rather
+than the SIGSEGV a pid 1 gets); it runs below the harness's own frame and ``exec`` call, so
+``RecursionError`` comes two levels earlier and ``sys._getframe(1)`` at top level finds a frame;
+its address space starts from the harness's (about 1.5 MB more than a bare interpreter's, out
+of ``memory_mb``); the objects it inherits are frozen (``gc.freeze()``, to spare copy-on-write
+pages), so ``gc.get_objects()`` does not list them; ``RLIMIT_NPROC`` reads one higher (the
+harness is one more process of the user; the input's own budget is the same); its wall clock
+starts at the fork, without the sandbox start-up. A program that fails to compile, or compiles
+with a warning, is not forked but ``exec``-ed fresh (``python -s -B solution.py``) per input,
+so its error text is exactly the interpreter's.
+
+Limit hits (``SandboxResult.limit_hit``)
+----------------------------------------
+Best-effort, from what the host can observe after the run; the first rule that matches wins:
+
+* ``"wall_time"``: the wall clock killed the run (``timed_out``); exact.
+* ``"cpu_time"``: killed by SIGKILL or SIGXCPU after at least the CPU budget (``getrusage`` of
+  the program and its reaped children); exact for the program's main process.
+* ``"memory"``: the run failed and the last line of stderr mentions ``MemoryError`` (numpy's
+  ``_ArrayMemoryError`` too), ``[Errno 12]`` or "Cannot allocate memory". RLIMIT_AS makes
+  allocations fail rather than kill; a program that swallows its MemoryError is not detected.
+* ``"processes"``: where a pids cgroup enforces the budget, its ``pids.events`` "max" counter
+  rose during the run (exact, even when the program caught the error). Elsewhere: the run
+  failed and the last line of stderr shows EAGAIN from ``fork`` (``BlockingIOError: [Errno
+  11]``) or "can't start new thread"; a non-blocking read failing with EAGAIN can be mistaken
+  for it.
+* ``"file_size"``: the run failed and the last line of stderr shows ``[Errno 27]`` / "File too
+  large" (Python ignores SIGXFSZ, so RLIMIT_FSIZE surfaces as EFBIG), or SIGXFSZ killed it.
+  Printing more than ``max_file_bytes`` lands here: stdout is a file under that limit.
+* ``"output"``: nothing above, but stdout or stderr was cut to ``max_output_bytes`` (also for
+  runs that are ``ok``).
+
+Stderr is read at its end for this, even when the part returned is cut; a program that writes
+after its fatal error, or forges such a line, misleads the guess (it never changes ``ok``).
+
 Residual risks (accepted for LLM-written code, not for adversaries): the file system is the
 host's (world-readable files are readable, and without a privilege drop so are root's, and
 ``/tmp`` is writable); total disk use is bounded only per file and by the wall clock; a
-deliberately hostile program running as (namespaced) root could leave its pids cgroup.
+deliberately hostile program running as (namespaced) root could leave its pids cgroup. Within
+one :func:`run_python_batch` call the inputs share a user and namespaces with the harness: a
+program that deliberately inspects the harness (its ``/proc/1/fd`` or memory) could read the
+other inputs or forge the records of later inputs. Without a pid namespace, a process that an
+input detaches from the harness's reach (``setsid`` plus a double fork while the harness cannot
+walk its children) may live until the batch ends.
 """
 
 from __future__ import annotations
@@ -56,6 +133,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import resource
 import select
 import shutil
@@ -65,11 +143,12 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SandboxCapabilities", "SandboxLimits", "SandboxResult", "run_python",
+__all__ = ["LIMIT_HITS", "SandboxCapabilities", "SandboxLimits", "SandboxResult", "run_python",
            "run_python_batch", "sandbox_capabilities"]
 
 #: Environment variable naming an interpreter to run sandboxed code with, e.g. a system Python
@@ -78,10 +157,24 @@ PYTHON_ENV_VAR = "PETTINGLLMS_SANDBOX_PYTHON"
 _SCRIPT_NAME = "solution.py"
 #: What the scratch folder's path reads as in returned stdout/stderr.
 SCRATCH_PLACEHOLDER = "/sandbox"
+#: Values of :attr:`SandboxResult.limit_hit` (see the module docstring for how each is detected).
+LIMIT_HITS = ("wall_time", "cpu_time", "memory", "file_size", "processes", "output")
 _UID_BASE = 2_000_000  # per-run uids are drawn above this; no real account lives there
 _UID_SPAN = 1_000_000
 _run_counter = itertools.count()
-_UNSHARE_SIGKILL = "unshare: sigprocmask unblock failed: Invalid argument\n"
+_UNSHARE_SIGKILL = b"unshare: sigprocmask unblock failed: Invalid argument\n"
+_TAIL_BYTES = 2048  # end of stderr kept for limit detection
+_CPU_SLACK_S = 0.1
+_BATCH_START_S = 10.0  # batch wall clock: start-up allowance ...
+_BATCH_CASE_SLACK_S = 1.0  # ... plus, per input, its wall clock and this much for bookkeeping
+_LIMIT_WORDS = {"wall_time": "wall-clock limit", "cpu_time": "CPU time limit",
+                "memory": "memory limit", "file_size": "file size limit",
+                "processes": "process limit", "output": "output limit"}
+_FAILURE_PATTERNS = (
+    ("memory", re.compile(r"MemoryError|\[Errno 12\]|Cannot allocate memory")),
+    ("file_size", re.compile(r"\[Errno 27\]|File too large")),
+    ("processes", re.compile(r"BlockingIOError: \[Errno 11\]|can't start new thread")),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +218,9 @@ class SandboxLimits:
 class SandboxResult:
     """Outcome of one run. ``stdout``/``stderr`` are cut to ``max_output_bytes`` and decoded
     with ``errors="replace"``; ``exit_code`` is negative (``-signal``) when a signal killed the
-    program and ``None`` when it could not be started."""
+    program and ``None`` when it could not be started (or, in a batch, was not run).
+    ``limit_hit`` names the limit the run ran into, one of :data:`LIMIT_HITS` or ``None``
+    (best-effort; the module docstring says how each is detected)."""
 
     stdout: str
     stderr: str
@@ -135,6 +230,12 @@ class SandboxResult:
     output_truncated: bool
     network_isolated: bool
     wall_time_s: float
+    limit_hit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit_hit is not None and self.limit_hit not in LIMIT_HITS:
+            raise ValueError(f"SandboxResult.limit_hit must be None or one of {LIMIT_HITS}, "
+                             f"got {self.limit_hit!r}")
 
     @property
     def ok(self) -> bool:
@@ -145,16 +246,17 @@ class SandboxResult:
         """A short human-readable reason why the run is not ``ok`` ("" when it is)."""
         if self.ok:
             return ""
+        limit = _LIMIT_WORDS.get(self.limit_hit) if self.limit_hit != "output" else None
         if self.timed_out:
             reason = "timed out (wall-clock limit)"  # no measured time: keep text reproducible
         elif self.killed_by_signal is not None:
             name = _signal_name(self.killed_by_signal)
-            hint = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (a resource limit)"}
-            reason = f"killed by {name}{hint.get(name, '')}"
+            hint = limit or {"SIGXCPU": "CPU time limit", "SIGKILL": "a resource limit"}.get(name)
+            reason = f"killed by {name}" + (f" ({hint})" if hint else "")
         elif self.exit_code is None:
             reason = "could not start"
         else:
-            reason = f"exit code {self.exit_code}"
+            reason = f"exit code {self.exit_code}" + (f" ({limit})" if limit else "")
         tail = self.stderr.strip()[-max_chars:]
         return f"{reason}: {tail}" if tail else reason
 
@@ -193,14 +295,52 @@ def run_python(code: str, *, stdin: str = "", limits: SandboxLimits = SandboxLim
 
 def run_python_batch(code: str, stdins: Sequence[str], *, limits: SandboxLimits = SandboxLimits(),
                      python: str | None = None) -> list[SandboxResult]:
-    """Run one program on many inputs (e.g. test cases), one fresh sandbox per input.
+    """Run one program on many inputs (e.g. test cases): one result per input, in order.
 
-    Sequential for now: each input pays one interpreter start (~50 ms) and gets its own limits,
-    scratch folder and wall clock, so one hanging input cannot starve the others. A pooled
-    or parallel version can replace this without changing the signature.
+    Each input gets ``limits`` (wall clock, CPU, memory, processes, files, output) and a fresh
+    process, scratch folder and stdin of its own, so one hanging or crashing input cannot
+    starve or poison the others; the results mean what :func:`run_python` reports for the same
+    program and input. Inputs run one after another in a single sandbox (a harness that forks
+    per input, see the module docstring), which costs one sandbox start for the whole batch.
+    Never raises for anything the program does.
     """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be str, got {type(code).__name__}")
+    if isinstance(stdins, (str, bytes)):
+        raise TypeError("stdins must be a sequence of inputs, not a single string")
+    inputs = [str(s).encode("utf-8", errors="replace") for s in stdins]
+    if not inputs:
+        return []
     caps = sandbox_capabilities(python)
-    return [_run(code, s, limits, caps) for s in stdins]
+    results: dict[int, SandboxResult] = {}
+    pending = list(range(len(inputs)))
+    deadline = time.monotonic() + _batch_budget_s(limits, len(inputs))
+    failure = "sandbox: not run: the batch ran out of time before this input"
+    while pending:
+        budget = min(deadline - time.monotonic(), _batch_budget_s(limits, len(pending)))
+        if budget <= 0:
+            break
+        outcome = _run_harness(code, [(i, inputs[i]) for i in pending], limits, caps, budget)
+        if outcome.start_error is not None:
+            failure = outcome.start_error
+            break
+        results.update(outcome.results)
+        pending = [i for i in pending if i not in results]
+        if not pending or outcome.timed_out:
+            break
+        if not outcome.results:  # the harness cannot run here at all: one sandbox per input
+            logger.warning("sandbox batch harness did not run (%s); running the %d inputs one "
+                           "sandbox each", outcome.diagnostics or "no message", len(pending))
+            results.update({i: _run(code, inputs[i].decode("utf-8"), limits, caps)
+                            for i in pending})
+            break
+        logger.warning("sandbox batch harness stopped early (%s); restarting it for the %d "
+                       "remaining inputs", outcome.diagnostics or "no message", len(pending))
+    for i in range(len(inputs)):
+        if i not in results:
+            results[i] = SandboxResult("", failure, None, False, None, False,
+                                       caps.network_isolated, 0.0)
+    return [results[i] for i in range(len(inputs))]
 
 
 _CAPS_LOCK = threading.Lock()
@@ -218,16 +358,68 @@ def sandbox_capabilities(python: str | None = None) -> SandboxCapabilities:
 
 
 # ---------------------------------------------------------------------------------- one run
+@dataclasses.dataclass(frozen=True)
+class _Exit:
+    returncode: int
+    timed_out: bool
+    wall_time_s: float
+    cpu_time_s: float
+
+
+class _StartError(Exception):
+    """The sandboxed process could not be started at all."""
+
+
 def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities,
          *, uid: int | None = None, probing: bool = False) -> SandboxResult:
     if not isinstance(code, str):
         raise TypeError(f"code must be str, got {type(code).__name__}")
     if uid is None and caps.run_as_uid is not None:
         uid = _next_uid()  # a fresh uid per run: its own process budget, no cross-run signals
+    base, scratch = _make_workspace(code, uid)
+    cgroup = None
+    try:
+        stdin_path = os.path.join(base, "stdin")
+        with open(stdin_path, "wb") as handle:
+            handle.write(str(stdin).encode("utf-8", errors="replace"))
+        cgroup = _open_cgroup(caps, limits.max_processes + 1)  # +1: the `unshare --fork` parent
+        argv = [*caps.launcher, caps.python, *_python_flags(), _SCRIPT_NAME]
+        out_path, err_path = os.path.join(base, "stdout"), os.path.join(base, "stderr")
+        with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, \
+                open(err_path, "wb") as ferr:
+            try:
+                done = _execute(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=scratch, uid=uid,
+                                rlimits=limits, wall_time_s=limits.wall_time_s, caps=caps,
+                                cgroup=cgroup, probing=probing)
+            except _StartError as exc:
+                return SandboxResult("", f"sandbox could not start: {exc}", None, False, None,
+                                     False, caps.network_isolated, 0.0)
+        pids_max_hit = _cgroup_max_hit(cgroup) if cgroup else None
+        cap = limits.max_output_bytes
+        out, out_size, _ = _read_output(out_path, cap)
+        err, err_size, tail = _read_output(err_path, cap)
+        returncode = done.returncode
+        if "--fork" in caps.launcher and returncode == 1 and tail.endswith(_UNSHARE_SIGKILL):
+            # `unshare --fork` cannot re-raise SIGKILL on itself (signal(SIGKILL) fails), so
+            # a program killed by SIGKILL (CPU limit, OOM) reaches us as this message + exit 1.
+            returncode, tail = -signal.SIGKILL, tail[: -len(_UNSHARE_SIGKILL)]
+            err_size -= len(_UNSHARE_SIGKILL)
+            err = err[:err_size]
+        return _make_result(
+            out=out, out_size=out_size, err=err, err_size=err_size, tail=tail,
+            returncode=returncode, timed_out=done.timed_out, cpu_time_s=done.cpu_time_s,
+            wall_time_s=done.wall_time_s, pids_max_hit=pids_max_hit, limits=limits, caps=caps,
+            scratch=scratch, base=base)
+    finally:
+        if cgroup:
+            _remove_cgroup(cgroup)
+        _remove_tree(base)
+
+
+def _make_workspace(code: str, uid: int | None) -> tuple[str, str]:
+    """A private base folder holding ``work/solution.py``; returns ``(base, scratch)``."""
     base = tempfile.mkdtemp(prefix="pettingllms-sbx-")
     os.chmod(base, 0o711)  # a dropped uid may traverse to its scratch folder, not list ours
-    cgroup = None
-    started = time.monotonic()
     try:
         scratch = os.path.join(base, "work")
         os.mkdir(scratch, 0o700)
@@ -237,56 +429,84 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         if uid is not None:
             os.chown(scratch, uid, uid)
             os.chown(os.path.join(scratch, _SCRIPT_NAME), uid, uid)
-        stdin_path = os.path.join(base, "stdin")
-        with open(stdin_path, "wb") as handle:
-            handle.write(str(stdin).encode("utf-8", errors="replace"))
-        if caps.process_limit == "cgroup" and caps.cgroup_root:
-            try:  # +1: the `unshare --fork` parent lives in the cgroup too
-                cgroup = _make_cgroup(caps.cgroup_root, limits.max_processes + 1)
-            except OSError as exc:
-                logger.warning("sandbox: no pids cgroup for this run (%r); process count "
-                               "unlimited", exc)
-        argv = [*caps.launcher, caps.python, *_python_flags(), _SCRIPT_NAME]
-        out_path, err_path = os.path.join(base, "stdout"), os.path.join(base, "stderr")
-        with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, \
-                open(err_path, "wb") as ferr:
-            started = time.monotonic()
-            try:
-                proc = subprocess.Popen(
-                    argv, stdin=fin, stdout=fout, stderr=ferr, cwd=scratch,
-                    env=_scrubbed_env(scratch), start_new_session=True, close_fds=True,
-                    preexec_fn=_make_preexec(limits, cgroup and os.path.join(cgroup, "cgroup.procs")),
-                    user=uid, group=uid, extra_groups=[] if uid is not None else None)
-            except (OSError, subprocess.SubprocessError) as exc:
-                (logger.debug if probing else logger.warning)(
-                    "sandbox could not start %s: %r", argv[0], exc)
-                return SandboxResult("", f"sandbox could not start: {exc}", None, False, None,
-                                     False, caps.network_isolated, 0.0)
-            exited = _wait_without_reaping(proc.pid, limits.wall_time_s)
-            if not exited and "--fork" in caps.launcher:
-                _kill_namespace_init(proc.pid)
-            _kill_group(proc.pid)  # leader not reaped yet, so its group id cannot be reused
-            returncode = proc.wait()
-            elapsed = time.monotonic() - started
-        if cgroup:
-            _remove_cgroup(cgroup)
-            cgroup = None
-        stdout, cut_out = _read_capped(out_path, limits.max_output_bytes, scratch)
-        stderr, cut_err = _read_capped(err_path, limits.max_output_bytes, scratch)
-        if "--fork" in caps.launcher and returncode == 1 and stderr.endswith(_UNSHARE_SIGKILL):
-            # `unshare --fork` cannot re-raise SIGKILL on itself (signal(SIGKILL) fails), so
-            # a program killed by SIGKILL (CPU limit, OOM) reaches us as this message + exit 1.
-            stderr, returncode = stderr[: -len(_UNSHARE_SIGKILL)], -signal.SIGKILL
-        timed_out = not exited
-        return SandboxResult(
-            stdout=stdout, stderr=stderr, exit_code=returncode, timed_out=timed_out,
-            killed_by_signal=-returncode if returncode < 0 else None,
-            output_truncated=cut_out or cut_err, network_isolated=caps.network_isolated,
-            wall_time_s=elapsed)
-    finally:
-        if cgroup:
-            _remove_cgroup(cgroup)
+    except BaseException:
         _remove_tree(base)
+        raise
+    return base, scratch
+
+
+def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
+             rlimits: SandboxLimits, wall_time_s: float, caps: SandboxCapabilities,
+             cgroup: str | None, probing: bool = False) -> _Exit:
+    """Start ``argv`` under ``rlimits`` (as ``uid``, in ``cgroup``), wait at most
+    ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
+            env=_scrubbed_env(cwd), start_new_session=True, close_fds=True,
+            preexec_fn=_make_preexec(rlimits, cgroup and os.path.join(cgroup, "cgroup.procs")),
+            user=uid, group=uid, extra_groups=[] if uid is not None else None)
+    except (OSError, subprocess.SubprocessError) as exc:
+        (logger.debug if probing else logger.warning)(
+            "sandbox could not start %s: %r", argv[0], exc)
+        raise _StartError(str(exc)) from exc
+    exited = _wait_without_reaping(proc.pid, wall_time_s)
+    if not exited and "--fork" in caps.launcher:
+        _kill_namespace_init(proc.pid)
+    _kill_group(proc.pid)  # leader not reaped yet, so its group id cannot be reused
+    returncode, cpu = _reap(proc)
+    return _Exit(returncode, not exited, time.monotonic() - started, cpu)
+
+
+def _reap(proc: subprocess.Popen) -> tuple[int, float]:
+    """Reap ``proc``; returns its exit code (``-signal`` if killed) and the CPU seconds of it
+    and its reaped descendants (``wait4``'s rusage)."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped elsewhere; no usage to report
+        return proc.wait(), 0.0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
+def _make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: bytes,
+                 returncode: int, timed_out: bool, cpu_time_s: float, wall_time_s: float,
+                 pids_max_hit: bool | None, limits: SandboxLimits, caps: SandboxCapabilities,
+                 scratch: str, base: str) -> SandboxResult:
+    cap = limits.max_output_bytes
+    truncated = out_size > cap or err_size > cap
+    stderr_tail = _decode(tail, scratch, base)
+    return SandboxResult(
+        stdout=_decode(out[:cap], scratch, base), stderr=_decode(err[:cap], scratch, base),
+        exit_code=returncode, timed_out=timed_out,
+        killed_by_signal=-returncode if returncode < 0 else None, output_truncated=truncated,
+        network_isolated=caps.network_isolated, wall_time_s=wall_time_s,
+        limit_hit=_limit_hit(timed_out=timed_out, returncode=returncode,
+                             cpu_time_s=cpu_time_s, limits=limits, stderr_tail=stderr_tail,
+                             pids_max_hit=pids_max_hit, output_truncated=truncated))
+
+
+def _limit_hit(*, timed_out: bool, returncode: int, cpu_time_s: float, limits: SandboxLimits,
+               stderr_tail: str, pids_max_hit: bool | None, output_truncated: bool) -> str | None:
+    """Which limit the run ran into (rules and their limits: module docstring)."""
+    if timed_out:
+        return "wall_time"
+    killer = -returncode if returncode < 0 else None
+    if killer in (signal.SIGKILL, signal.SIGXCPU) and \
+            cpu_time_s >= math.ceil(limits.cpu_time_s) - _CPU_SLACK_S:
+        return "cpu_time"
+    if returncode != 0:
+        lines = [line for line in stderr_tail.splitlines() if line.strip()]
+        last = lines[-1] if lines else ""
+        for name, pattern in _FAILURE_PATTERNS:
+            if pattern.search(last) and (name != "processes" or pids_max_hit is not False):
+                return name
+    if killer == signal.SIGXFSZ:
+        return "file_size"
+    if pids_max_hit:
+        return "processes"
+    return "output" if output_truncated else None
 
 
 def _python_flags() -> list[str]:
@@ -305,24 +525,7 @@ def _scrubbed_env(home: str) -> dict[str, str]:
 def _make_preexec(limits: SandboxLimits, cgroup_procs: str | None):
     """Build the child-side hook. It only issues syscalls (no imports, no locks), because
     ``preexec_fn`` runs between fork and exec, where a multi-threaded parent's locks may be held."""
-    cpu = max(1, math.ceil(limits.cpu_time_s))
-    wanted = [
-        # soft == hard: SIGKILL exactly at the limit. SIGXCPU (soft < hard) would be ignored by
-        # a program that is pid 1 of its namespace, and may be caught by a hostile one.
-        (resource.RLIMIT_CPU, cpu, None),
-        (resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024, None),
-        (resource.RLIMIT_NPROC, limits.max_processes, None),
-        (resource.RLIMIT_NOFILE, limits.max_open_files, None),
-        (resource.RLIMIT_FSIZE, limits.max_file_bytes, None),
-        (resource.RLIMIT_CORE, 0, None),
-    ]
-    pairs = []
-    for res, soft, hard in wanted:  # never ask for more than the host's hard limit allows
-        host_hard = resource.getrlimit(res)[1]
-        hard = soft if hard is None else hard
-        if host_hard != resource.RLIM_INFINITY:
-            soft, hard = min(soft, host_hard), min(hard, host_hard)
-        pairs.append((res, (int(soft), int(hard))))
+    pairs = _rlimit_pairs(limits)
     procs_path = cgroup_procs.encode() if cgroup_procs else None
     setrlimit, os_open, os_write, os_close, getpid = (
         resource.setrlimit, os.open, os.write, os.close, os.getpid)
@@ -338,6 +541,27 @@ def _make_preexec(limits: SandboxLimits, cgroup_procs: str | None):
             setrlimit(res, pair)
 
     return preexec
+
+
+def _rlimit_pairs(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
+    cpu = max(1, math.ceil(limits.cpu_time_s))
+    wanted = [
+        # soft == hard: SIGKILL exactly at the limit. SIGXCPU (soft < hard) would be ignored by
+        # a program that is pid 1 of its namespace, and may be caught by a hostile one.
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024),
+        (resource.RLIMIT_NPROC, limits.max_processes),
+        (resource.RLIMIT_NOFILE, limits.max_open_files),
+        (resource.RLIMIT_FSIZE, limits.max_file_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    pairs = []
+    for res, value in wanted:  # never ask for more than the host's hard limit allows
+        host_hard = resource.getrlimit(res)[1]
+        if host_hard != resource.RLIM_INFINITY:
+            value = min(value, host_hard)
+        pairs.append((res, (int(value), int(value))))
+    return pairs
 
 
 def _wait_without_reaping(pid: int, timeout: float) -> bool:
@@ -394,18 +618,26 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _read_capped(path: str, cap: int, scratch: str) -> tuple[str, bool]:
-    """Read at most ``cap`` bytes back. The random scratch path (tracebacks name the script by
-    its absolute path) becomes ``/sandbox`` so identical programs give identical text, which
-    the AT-GRPO clone contract needs."""
+def _read_output(path: str, cap: int) -> tuple[bytes, int, bytes]:
+    """The first ``cap`` bytes of a file, its size and its last :data:`_TAIL_BYTES` bytes."""
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            data = handle.read(cap)
+            head = handle.read(cap)
+            if size <= cap:
+                return head, size, head[-_TAIL_BYTES:]
+            handle.seek(max(cap, size - _TAIL_BYTES))
+            return head, size, handle.read(_TAIL_BYTES)
     except OSError:
-        return "", False
+        return b"", 0, b""
+
+
+def _decode(data: bytes, scratch: str, base: str) -> str:
+    """Output bytes as text. The random folder names (tracebacks name the script by its
+    absolute path) become ``/sandbox`` so identical programs give identical text, which the
+    AT-GRPO clone contract needs."""
     text = data.decode("utf-8", errors="replace").replace(scratch, SCRATCH_PLACEHOLDER)
-    return text, size > cap
+    return text.replace(base, SCRATCH_PLACEHOLDER + "-base")
 
 
 def _remove_tree(path: str) -> None:
@@ -433,7 +665,179 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# ---------------------------------------------------------------------------------- batches
+#: Source of the in-sandbox batch harness (see envs/sandbox_harness.py), run with ``python -c``.
+_HARNESS = (Path(__file__).parent / "sandbox_harness.py").read_text(encoding="utf-8")
+
+
+@dataclasses.dataclass(frozen=True)
+class _CaseRecord:
+    kind: str
+    value: int
+    timed_out: bool
+    cpu_time_s: float
+    wall_time_s: float
+    out_size: int
+    err_size: int
+    pids_max_hit: bool | None
+    out: bytes
+    err: bytes
+    tail: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class _HarnessOutcome:
+    results: dict[int, SandboxResult]
+    timed_out: bool
+    start_error: str | None
+    diagnostics: str
+
+
+def _batch_budget_s(limits: SandboxLimits, count: int) -> float:
+    return _BATCH_START_S + count * (limits.wall_time_s + _BATCH_CASE_SLACK_S)
+
+
+def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimits,
+                 caps: SandboxCapabilities, budget_s: float) -> _HarnessOutcome:
+    """One sandbox run of the harness over ``cases`` (``(index, stdin bytes)``)."""
+    uid = _next_uid() if caps.run_as_uid is not None else None
+    base, scratch = _make_workspace(code, uid)
+    cgroup = None
+    cap = limits.max_output_bytes
+    record_bytes = len(cases) * (2 * cap + _TAIL_BYTES + 256) + 4096
+    try:
+        io_dir = os.path.join(base, "io")
+        os.mkdir(io_dir, 0o700)
+        if uid is not None:
+            os.chown(io_dir, uid, uid)
+        # +2: the `unshare --fork` parent and the harness; each input gets max_processes.
+        cgroup = _open_cgroup(caps, limits.max_processes + 2)
+        events = os.path.join(cgroup, "pids.events") if cgroup else "-"
+        largest = max(len(data) for _, data in cases)
+        harness_limits = dataclasses.replace(  # what the per-input children lower again
+            limits, cpu_time_s=math.ceil(budget_s) + 1, max_processes=limits.max_processes + 1,
+            max_open_files=limits.max_open_files + 8,
+            max_file_bytes=max(limits.max_file_bytes, largest, record_bytes))
+        argv = [*caps.launcher, caps.python, *_python_flags(), "-c", _HARNESS, scratch, io_dir,
+                events, str(max(1, math.ceil(limits.cpu_time_s))), str(limits.max_file_bytes),
+                str(limits.max_open_files), str(cap), str(_TAIL_BYTES), repr(limits.wall_time_s),
+                *_python_flags()]
+        index = " ".join(f"{i}:{len(data)}" for i, data in cases).encode("ascii")
+        with tempfile.TemporaryFile(dir=base) as blob, \
+                open(os.path.join(base, "records"), "w+b") as records, \
+                open(os.path.join(base, "harness-stderr"), "w+b") as diag:
+            for handle in (records, diag):  # private to the host (and the harness's fd)
+                os.fchmod(handle.fileno(), 0o600)
+            blob.write(index + b"\n")
+            for _, data in cases:
+                blob.write(data)
+            blob.flush()
+            blob.seek(0)
+            try:
+                done = _execute(argv, stdin=blob, stdout=records, stderr=diag, cwd=scratch,
+                                uid=uid, rlimits=harness_limits, wall_time_s=budget_s, caps=caps,
+                                cgroup=cgroup)
+            except _StartError as exc:
+                return _HarnessOutcome({}, False, f"sandbox could not start: {exc}", "")
+            records.seek(0)
+            parsed, running = _parse_records(records.read(record_bytes))
+            diag.seek(0)
+            diagnostics = _decode(diag.read(4096), scratch, base).strip()
+        wanted = {i for i, _ in cases}
+        results = {i: _case_result(rec, limits, caps, scratch, base)
+                   for i, rec in parsed.items() if i in wanted}
+        if running in wanted and running not in results:
+            # Its processes died with the harness (the namespace's init, or their parent with
+            # PR_SET_PDEATHSIG), by SIGKILL.
+            why = ("the batch's time budget ran out while this input ran" if done.timed_out
+                   else "the batch harness stopped while this input ran")
+            results[running] = SandboxResult(
+                "", f"sandbox: {why}", -signal.SIGKILL, done.timed_out, signal.SIGKILL, False,
+                caps.network_isolated, 0.0, "wall_time" if done.timed_out else None)
+        if diagnostics:
+            logger.warning("sandbox batch harness stderr: %s", diagnostics[-1000:])
+        return _HarnessOutcome(results, done.timed_out, None,
+                               diagnostics.splitlines()[-1] if diagnostics else "")
+    finally:
+        if cgroup:
+            _remove_cgroup(cgroup)
+        _remove_tree(base)
+
+
+def _parse_records(data: bytes) -> tuple[dict[int, _CaseRecord], int | None]:
+    """The harness's records, up to the first incomplete or malformed one (never raises);
+    and the index of an input that started without a record, if any."""
+    records: dict[int, _CaseRecord] = {}
+    running = None
+    pos = 0
+    while True:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break
+        fields = data[pos:end].split()
+        pos = end + 1
+        try:
+            if len(fields) == 2 and fields[0] == b"S":
+                running = int(fields[1])
+                continue
+            if len(fields) != 13 or fields[0] != b"R":
+                break
+            index, kind, value, timed_out = (int(fields[1]), fields[2].decode("ascii"),
+                                             int(fields[3]), fields[4] == b"1")
+            cpu, wall = float(fields[5]), float(fields[6])
+            out_size, err_size, pids_hit, n_out, n_err, n_tail = (int(f) for f in fields[7:13])
+        except (ValueError, UnicodeDecodeError):
+            break
+        if kind not in ("exit", "signal", "nostart") or min(n_out, n_err, n_tail) < 0 \
+                or pos + n_out + n_err + n_tail > len(data):
+            break
+        out = data[pos:pos + n_out]
+        err = data[pos + n_out:pos + n_out + n_err]
+        tail = data[pos + n_out + n_err:pos + n_out + n_err + n_tail]
+        pos += n_out + n_err + n_tail
+        records[index] = _CaseRecord(kind, value, timed_out, cpu, wall, out_size, err_size,
+                                     None if pids_hit < 0 else bool(pids_hit), out, err, tail)
+        running = None
+    return records, running
+
+
+def _case_result(rec: _CaseRecord, limits: SandboxLimits, caps: SandboxCapabilities,
+                 scratch: str, base: str) -> SandboxResult:
+    if rec.kind == "nostart":
+        return SandboxResult("", _decode(rec.err, scratch, base), None, False, None, False,
+                             caps.network_isolated, 0.0)
+    return _make_result(
+        out=rec.out, out_size=rec.out_size, err=rec.err, err_size=rec.err_size,
+        tail=rec.tail or rec.err[-_TAIL_BYTES:],
+        returncode=-rec.value if rec.kind == "signal" else rec.value, timed_out=rec.timed_out,
+        cpu_time_s=rec.cpu_time_s, wall_time_s=rec.wall_time_s, pids_max_hit=rec.pids_max_hit,
+        limits=limits, caps=caps, scratch=scratch, base=base)
+
+
 # ---------------------------------------------------------------------------------- cgroups
+def _open_cgroup(caps: SandboxCapabilities, max_pids: int) -> str | None:
+    if caps.process_limit != "cgroup" or not caps.cgroup_root:
+        return None
+    try:
+        return _make_cgroup(caps.cgroup_root, max_pids)
+    except OSError as exc:
+        logger.warning("sandbox: no pids cgroup for this run (%r); process count unlimited", exc)
+        return None
+
+
+def _cgroup_max_hit(path: str) -> bool | None:
+    """Whether a fork in the cgroup failed at ``pids.max`` (None: no counter to read)."""
+    try:
+        with open(os.path.join(path, "pids.events"), encoding="ascii") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == "max":
+                    return int(parts[1]) > 0
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _pids_cgroup_root() -> str | None:
     """Our own folder in a writable cgroup-v1 ``pids`` hierarchy, or None."""
     try:
@@ -543,7 +947,7 @@ def _probe(python: str) -> SandboxCapabilities:
             break
         notes.append(f"`unshare {' '.join(flags)}` unusable here")
     if not network:
-        notes.append("network NOT isolated")
+        notes.append("network NOT isolated: programs can reach the host's network")
     cgroup_root = None
     if uid is not None:
         process_limit = "rlimit"
