@@ -7,11 +7,13 @@ allocations, 100 MB prints, accidental fork loops) and sometimes "hostile by rew
 (reading the trainer's environment variables, using the network, writing outside its folder,
 leaving background processes behind). In that order we guarantee: the host process and the
 machine survive; a run ends within its wall-clock budget and leaves no process behind; the code
-cannot read the host's environment or reach the network (where the OS allows); runs are
-reproducible (fixed hash seed, no bytecode files). This is *not* a defence against a determined
-attacker with a kernel exploit, and where privileges cannot be dropped (a root host whose
-interpreter lives in a folder other users cannot read, e.g. ``/root/.pyenv``), the code keeps
-root's *file* permissions inside its user namespace: use a container or VM for real adversaries.
+cannot read the host's environment, reach the network or write outside its own folders (where
+the OS allows); runs are reproducible (fixed hash seed, no bytecode files). This is *not* a
+defence against a determined attacker with a kernel exploit, and where privileges cannot be
+dropped (a root host whose interpreter lives in a folder other users cannot read, e.g.
+``/root/.pyenv``), the code keeps root's *file* permissions inside its user namespace (to read
+with; writes are stopped by the read-only file system where it is available): use a container
+or VM for real adversaries.
 
 Mechanisms (what each run gets; the OS-dependent ones are probed once per interpreter and
 cached, see :func:`sandbox_capabilities`)
@@ -36,6 +38,8 @@ cached, see :func:`sandbox_capabilities`)
   ignored) and a private ``/proc`` (host processes and their environments are invisible). The
   first working variant wins (the probe runs a program that must fail to connect to
   127.0.0.1); if none works the code runs without them, see "Network" below.
+* A read-only view of the host's file system, where the launcher gives a mount namespace: only
+  the run's own folders can be written, see "File system" below.
 * A wall-clock timeout: the whole process group is SIGKILLed (and the cgroup, if any, emptied).
   The group is killed after *every* run, so background children never outlive it.
 * Output goes to files the parent opened (not pipes: a 100 MB print cannot fill our memory or
@@ -55,27 +59,59 @@ isolation must check one of them. A root host can isolate without user namespace
 ``unshare --net`` variants); an unprivileged host needs unprivileged user namespaces
 (``kernel.unprivileged_userns_clone=1`` / ``user.max_user_namespaces > 0``).
 
+File system
+-----------
+Inside the launcher's mount namespace a small trusted preamble (``python -I -S -B -c
+<_FS_PREAMBLE>``, run as the namespace's root between ``unshare`` and the program) bind-mounts
+each folder the run must write onto itself (the scratch folder; for a batch also the harness's
+io folder), so they are mounts of their own, then remounts *every* other visible mount
+(``/``, ``/tmp`` if separate, ``/proc``, ``/sys`` with the cgroup file systems, ``/dev``, ...)
+``ro,nosuid,nodev``, repeating each mount's flags that the user namespace locked (atime,
+``nosuid``, ``noexec``, as listed in ``/proc/self/mountinfo``). The harmless devices
+(``/dev/null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty``) are bind-mounted onto
+themselves first, so they keep working (a device file's own writes are not stopped by a
+read-only mount); ``/dev/shm`` gets a private tmpfs of ``max_file_bytes`` (POSIX semaphores,
+hence ``multiprocessing``, still work; it vanishes with the run, and a batch's harness empties
+it before each input). Then the preamble drops every capability for good (bounding,
+inheritable and ambient sets), so the program, still uid 0 of its user namespace, can neither
+remount, unmount nor override file permissions (a nested user namespace it may create gets a
+copy whose read-only flags the kernel locks), and ``exec``-s the program: same pid (pid 1 of
+its namespace), argv, environment and file descriptors. The stdin/stdout/stderr files the host
+opened stay writable (an open file keeps the host's mount), ``/dev/stdout`` included. Writes
+elsewhere fail with EROFS; ``tempfile`` then falls back to the scratch folder. Nothing is
+mounted before ``/`` is made private, and the preamble refuses to run in the host's own mount
+namespace, so the host's mounts are never touched. Cost: one more interpreter start (about 30
+ms, counted in the program's CPU time) per :func:`run_python` and per batch.
+
+The probe runs a program that must write in its folder, fail with EROFS one level above it and
+see an empty bounding set; where it fails (or there is no mount namespace) runs go on as
+before, with a writable file system: :attr:`SandboxCapabilities.filesystem_readonly` and every
+result's ``filesystem_readonly`` are False and the notes say "file system NOT read-only" and
+why. If the preamble fails on a later run, the program does not run (``exit_code=None``, "could
+not start" with the reason).
+
 Many inputs: :func:`run_python_batch`
 -------------------------------------
 Running one program on N test inputs with :func:`run_python` pays N sandbox starts (namespaces
 plus a fresh interpreter, ~0.1-0.2 s each). :func:`run_python_batch` pays one: the sandboxed
-process is a small trusted *harness* (``envs/sandbox_harness.py``, run with ``python -c``) inside the same
-namespaces, rlimits, uid and pids cgroup as a single run. The harness compiles the program once
-and, per input, forks a child (a fresh copy of an interpreter that has run nothing of the
-program) that gets its own stdin/stdout/stderr files, its own RLIMIT_CPU, FSIZE and NOFILE, a
-fresh ``__main__`` module, ``sys.argv == ["solution.py"]`` and a scratch folder reset to hold
-only ``solution.py``. The harness enforces the per-input wall clock, then kills every process
-the input left (``kill(-1)`` from pid 1 of the pid namespace, or, without one, a subreaper walk
-of its children) and appends one record (exit status or signal, timeout, CPU seconds, output
-sizes, the first ``max_output_bytes`` of each stream and the last bytes of stderr) to its own
-stdout, a file the host opened. Inputs reach the harness through an unnamed file; each input's
-stdin, stdout and stderr files are unlinked as soon as they are open. The batch as a whole has
-a wall clock of ``10 s + N * (wall_time_s + 1 s)``; the host still kills the process group and
-the cgroup at the end. If the harness dies (or the batch clock runs out) the input that was
-running is reported as killed (SIGKILL; timed out if the batch clock ran out), the harness is
-started again for the inputs after it, and inputs for which no time is left are reported as
-not run (``exit_code=None``): never an exception, never a hang. A harness that cannot run at
-all (e.g. an interpreter too old for it) falls back to one :func:`run_python` per input.
+process is a small trusted *harness* (``envs/sandbox_harness.py``, run with ``python -c``)
+inside the same namespaces, read-only view (behind the same preamble), rlimits, uid and pids
+cgroup as a single run. The harness compiles the program once and, per input, forks a child (a
+fresh copy of an interpreter that has run nothing of the program) that gets its own
+stdin/stdout/stderr files, its own RLIMIT_CPU, FSIZE and NOFILE, a fresh ``__main__`` module,
+``sys.argv == ["solution.py"]`` and a scratch folder reset to hold only ``solution.py``. The
+harness enforces the per-input wall clock, then kills every process the input left (``kill(-1)``
+from pid 1 of the pid namespace, or, without one, a subreaper walk of its children) and appends
+one record (exit status or signal, timeout, CPU seconds, output sizes, the first
+``max_output_bytes`` of each stream and the last bytes of stderr) to its own stdout, a file the
+host opened. Inputs reach the harness through an unnamed file; each input's stdin, stdout and
+stderr files are unlinked as soon as they are open. The batch as a whole has a wall clock of
+``10 s + N * (wall_time_s + 1 s)``; the host still kills the process group and the cgroup at the
+end. If the harness dies (or the batch clock runs out) the input that was running is reported as
+killed (SIGKILL; timed out if the batch clock ran out), the harness is started again for the
+inputs after it, and inputs for which no time is left are reported as not run
+(``exit_code=None``): never an exception, never a hang. A harness that cannot run at all (e.g.
+an interpreter too old for it) falls back to one :func:`run_python` per input.
 
 Per-input results match :func:`run_python` on the same program and input, with these known
 differences: the program is *not* pid 1 of its pid namespace (so ``os.getpid() != 1`` and a
@@ -115,9 +151,14 @@ Stderr is read at its end for this, even when the part returned is cut; a progra
 after its fatal error, or forges such a line, misleads the guess (it never changes ``ok``).
 
 Residual risks (accepted for LLM-written code, not for adversaries): the file system is the
-host's (world-readable files are readable, and without a privilege drop so are root's, and
-``/tmp`` is writable); total disk use is bounded only per file and by the wall clock; a
-deliberately hostile program running as (namespaced) root could leave its pids cgroup. Within
+host's to read (world-readable files, and without a privilege drop root's too); where the
+read-only view is unavailable it is also writable wherever the run's uid may write (``/tmp``;
+without a privilege drop, all of root's files) and a deliberately hostile program running as
+(namespaced) root could leave its pids cgroup; with it, the scratch folder (and a batch's io
+folder) and the private ``/dev/shm`` stay writable, bounded per file and, for ``/dev/shm``, in
+total. Total disk use in the scratch folder is bounded only per file and by the wall clock.
+System V IPC is the host's (no IPC namespace): a program can create shared memory segments,
+semaphores or message queues that outlive it. Within
 one :func:`run_python_batch` call the inputs share a user and namespaces with the harness: a
 program that deliberately inspects the harness (its ``/proc/1/fd`` or memory) could read the
 other inputs or forge the records of later inputs. Without a pid namespace, a process that an
@@ -210,6 +251,11 @@ class SandboxLimits:
                                  f"got {value!r}")
             if not math.isfinite(value):
                 raise ValueError(f"SandboxLimits.{field.name} must be finite, got {value!r}")
+            if field.name not in ("wall_time_s", "cpu_time_s"):
+                if value != int(value):
+                    raise ValueError(f"SandboxLimits.{field.name} must be a whole number, "
+                                     f"got {value!r}")
+                object.__setattr__(self, field.name, int(value))  # 1e6 (YAML) -> 1000000
         if self.max_open_files < 8:
             raise ValueError("SandboxLimits.max_open_files must be >= 8 (the interpreter needs some)")
 
@@ -220,7 +266,9 @@ class SandboxResult:
     with ``errors="replace"``; ``exit_code`` is negative (``-signal``) when a signal killed the
     program and ``None`` when it could not be started (or, in a batch, was not run).
     ``limit_hit`` names the limit the run ran into, one of :data:`LIMIT_HITS` or ``None``
-    (best-effort; the module docstring says how each is detected)."""
+    (best-effort; the module docstring says how each is detected). ``network_isolated`` and
+    ``filesystem_readonly`` say whether the run had those protections (see
+    :class:`SandboxCapabilities`)."""
 
     stdout: str
     stderr: str
@@ -231,6 +279,7 @@ class SandboxResult:
     network_isolated: bool
     wall_time_s: float
     limit_hit: str | None = None
+    filesystem_readonly: bool = False
 
     def __post_init__(self) -> None:
         if self.limit_hit is not None and self.limit_hit not in LIMIT_HITS:
@@ -267,7 +316,9 @@ class SandboxCapabilities:
 
     ``launcher`` is the command prefix (an ``unshare`` invocation or empty); ``run_as_uid`` is
     ``None`` when runs keep the host uid; ``process_limit`` is ``"rlimit"``, ``"cgroup"`` or
-    ``"none"``; ``notes`` explains every fallback taken.
+    ``"none"``; ``filesystem_readonly`` is True when runs see the host's file system read-only
+    (all but their own folders, see "File system" in the module docstring); ``notes``
+    explains every fallback taken.
     """
 
     python: str
@@ -278,6 +329,7 @@ class SandboxCapabilities:
     process_limit: str
     cgroup_root: str | None
     notes: tuple[str, ...]
+    filesystem_readonly: bool = False
 
 
 # ---------------------------------------------------------------------------------- public API
@@ -339,7 +391,8 @@ def run_python_batch(code: str, stdins: Sequence[str], *, limits: SandboxLimits 
     for i in range(len(inputs)):
         if i not in results:
             results[i] = SandboxResult("", failure, None, False, None, False,
-                                       caps.network_isolated, 0.0)
+                                       caps.network_isolated, 0.0,
+                                       filesystem_readonly=caps.filesystem_readonly)
     return [results[i] for i in range(len(inputs))]
 
 
@@ -383,7 +436,8 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         with open(stdin_path, "wb") as handle:
             handle.write(str(stdin).encode("utf-8", errors="replace"))
         cgroup = _open_cgroup(caps, limits.max_processes + 1)  # +1: the `unshare --fork` parent
-        argv = [*caps.launcher, caps.python, *_python_flags(), _SCRIPT_NAME]
+        argv = _sandbox_argv(caps, [caps.python, *_python_flags(), _SCRIPT_NAME], [scratch],
+                             limits)
         out_path, err_path = os.path.join(base, "stdout"), os.path.join(base, "stderr")
         with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, \
                 open(err_path, "wb") as ferr:
@@ -392,12 +446,14 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
                                 rlimits=limits, wall_time_s=limits.wall_time_s, caps=caps,
                                 cgroup=cgroup, probing=probing)
             except _StartError as exc:
-                return SandboxResult("", f"sandbox could not start: {exc}", None, False, None,
-                                     False, caps.network_isolated, 0.0)
+                return _not_started(f"sandbox could not start: {exc}", caps)
         pids_max_hit = _cgroup_max_hit(cgroup) if cgroup else None
         cap = limits.max_output_bytes
         out, out_size, _ = _read_output(out_path, cap)
         err, err_size, tail = _read_output(err_path, cap)
+        if _fs_setup_failed(caps, done.returncode, err):
+            return _not_started(f"sandbox could not start: {_decode(err, scratch, base).strip()}",
+                                caps)
         returncode = done.returncode
         if "--fork" in caps.launcher and returncode == 1 and tail.endswith(_UNSHARE_SIGKILL):
             # `unshare --fork` cannot re-raise SIGKILL on itself (signal(SIGKILL) fails), so
@@ -414,6 +470,32 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         if cgroup:
             _remove_cgroup(cgroup)
         _remove_tree(base)
+
+
+def _not_started(message: str, caps: SandboxCapabilities) -> SandboxResult:
+    return SandboxResult("", message, None, False, None, False, caps.network_isolated, 0.0,
+                         filesystem_readonly=caps.filesystem_readonly)
+
+
+def _sandbox_argv(caps: SandboxCapabilities, command: list[str], writable: list[str],
+                  limits: SandboxLimits) -> list[str]:
+    """The command line of one sandboxed process: the launcher, then (where the file system is
+    made read-only) the preamble that does so, keeping ``writable`` folders writable, and
+    replaces itself with ``command``."""
+    if not caps.filesystem_readonly:
+        return [*caps.launcher, *command]
+    try:
+        host_namespace = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        host_namespace = "unknown"
+    return [*caps.launcher, caps.python, "-I", "-S", "-B", "-c", _FS_PREAMBLE, host_namespace,
+            str(max(1 << 12, int(limits.max_file_bytes))), *writable, "--", *command]
+
+
+def _fs_setup_failed(caps: SandboxCapabilities, returncode: int, stderr_head: bytes) -> bool:
+    """Whether the read-only preamble refused to start the program (it never ran)."""
+    return caps.filesystem_readonly and returncode == _FS_SETUP_EXIT and \
+        stderr_head.startswith(_FS_SETUP_MESSAGE)
 
 
 def _make_workspace(code: str, uid: int | None) -> tuple[str, str]:
@@ -482,6 +564,7 @@ def _make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: 
         exit_code=returncode, timed_out=timed_out,
         killed_by_signal=-returncode if returncode < 0 else None, output_truncated=truncated,
         network_isolated=caps.network_isolated, wall_time_s=wall_time_s,
+        filesystem_readonly=caps.filesystem_readonly,
         limit_hit=_limit_hit(timed_out=timed_out, returncode=returncode,
                              cpu_time_s=cpu_time_s, limits=limits, stderr_tail=stderr_tail,
                              pids_max_hit=pids_max_hit, output_truncated=truncated))
@@ -718,10 +801,12 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
             limits, cpu_time_s=math.ceil(budget_s) + 1, max_processes=limits.max_processes + 1,
             max_open_files=limits.max_open_files + 8,
             max_file_bytes=max(limits.max_file_bytes, largest, record_bytes))
-        argv = [*caps.launcher, caps.python, *_python_flags(), "-c", _HARNESS, scratch, io_dir,
-                events, str(max(1, math.ceil(limits.cpu_time_s))), str(limits.max_file_bytes),
-                str(limits.max_open_files), str(cap), str(_TAIL_BYTES), repr(limits.wall_time_s),
-                *_python_flags()]
+        shm = _PRIVATE_SHM if caps.filesystem_readonly else "-"  # emptied before each input
+        command = [caps.python, *_python_flags(), "-c", _HARNESS, scratch, io_dir, events, shm,
+                   str(max(1, math.ceil(limits.cpu_time_s))), str(limits.max_file_bytes),
+                   str(limits.max_open_files), str(cap), str(_TAIL_BYTES),
+                   repr(limits.wall_time_s), *_python_flags()]
+        argv = _sandbox_argv(caps, command, [scratch, io_dir], limits)
         index = " ".join(f"{i}:{len(data)}" for i, data in cases).encode("ascii")
         with tempfile.TemporaryFile(dir=base) as blob, \
                 open(os.path.join(base, "records"), "w+b") as records, \
@@ -742,7 +827,10 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
             records.seek(0)
             parsed, running = _parse_records(records.read(record_bytes))
             diag.seek(0)
-            diagnostics = _decode(diag.read(4096), scratch, base).strip()
+            diag_head = diag.read(4096)
+            diagnostics = _decode(diag_head, scratch, base).strip()
+        if not parsed and _fs_setup_failed(caps, done.returncode, diag_head):
+            return _HarnessOutcome({}, False, f"sandbox could not start: {diagnostics}", "")
         wanted = {i for i, _ in cases}
         results = {i: _case_result(rec, limits, caps, scratch, base)
                    for i, rec in parsed.items() if i in wanted}
@@ -753,7 +841,8 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
                    else "the batch harness stopped while this input ran")
             results[running] = SandboxResult(
                 "", f"sandbox: {why}", -signal.SIGKILL, done.timed_out, signal.SIGKILL, False,
-                caps.network_isolated, 0.0, "wall_time" if done.timed_out else None)
+                caps.network_isolated, 0.0, "wall_time" if done.timed_out else None,
+                caps.filesystem_readonly)
         if diagnostics:
             logger.warning("sandbox batch harness stderr: %s", diagnostics[-1000:])
         return _HarnessOutcome(results, done.timed_out, None,
@@ -804,8 +893,7 @@ def _parse_records(data: bytes) -> tuple[dict[int, _CaseRecord], int | None]:
 def _case_result(rec: _CaseRecord, limits: SandboxLimits, caps: SandboxCapabilities,
                  scratch: str, base: str) -> SandboxResult:
     if rec.kind == "nostart":
-        return SandboxResult("", _decode(rec.err, scratch, base), None, False, None, False,
-                             caps.network_isolated, 0.0)
+        return _not_started(_decode(rec.err, scratch, base), caps)
     return _make_result(
         out=rec.out, out_size=rec.out_size, err=rec.err, err_size=rec.err_size,
         tail=rec.tail or rec.err[-_TAIL_BYTES:],
@@ -895,6 +983,36 @@ def _remove_cgroup(path: str) -> None:
     logger.warning("sandbox cgroup %s could not be removed", path)
 
 
+# ---------------------------------------------------------------------------------- file system
+#: Exit status and first stderr bytes of a preamble that refused to start the program.
+_FS_SETUP_EXIT = 125
+_FS_SETUP_MESSAGE = b"sandbox: read-only file system setup failed: "
+_PRIVATE_SHM = "/dev/shm"  # where the preamble mounts a private tmpfs
+#: The preamble (``python -I -S -B -c <this> HOST_MNT_NS SHM_BYTES DIR... -- COMMAND...``) run
+#: inside the launcher's mount namespace, as its root: it makes every mount read-only except
+#: the ``DIR`` folders, mounts a private tmpfs on /dev/shm, drops all capabilities for good and
+#: becomes ``COMMAND`` (same pid, environment and file descriptors). Any Python 3; failures
+#: end it with :data:`_FS_SETUP_EXIT` and :data:`_FS_SETUP_MESSAGE` before the program runs.
+_FS_PREAMBLE = (Path(__file__).parent / "sandbox_fs_preamble.py").read_text(encoding="utf-8")
+_FS_PROBE_CODE = """
+import errno, os
+with open("inside", "w") as handle:
+    handle.write("x")
+os.remove("inside")
+try:
+    with open(os.path.join(os.path.dirname(os.getcwd()), "outside"), "w") as handle:
+        handle.write("x")
+    fs = "writable"
+except OSError as e:
+    fs = "read-only" if e.errno == errno.EROFS else "refused"
+with open(os.devnull, "w") as handle:
+    handle.write("x")
+with open("/proc/self/status") as handle:
+    bounding = [line.split()[1] for line in handle if line.startswith("CapBnd:")]
+print(fs, int(bounding[0], 16) if bounding else -1)
+"""
+
+
 # ---------------------------------------------------------------------------------- probing
 _PROBE_CODE = """
 import errno, os, socket
@@ -933,9 +1051,9 @@ def _probe(python: str) -> SandboxCapabilities:
     unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
     user_ns = ("--user", "--map-root-user")
     full = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-    variants: list[tuple[str, ...]] = [user_ns + full, user_ns + ("--net",)]
+    variants: list[tuple[str, ...]] = [user_ns + full, user_ns + ("--mount", "--net")]
     if os.geteuid() == 0 and uid is None:
-        variants += [full, ("--net",)]
+        variants += [full, ("--mount", "--net")]
     launcher: tuple[str, ...] = ()
     network = pid_ns = False
     if unshare is None:
@@ -948,6 +1066,18 @@ def _probe(python: str) -> SandboxCapabilities:
         notes.append(f"`unshare {' '.join(flags)}` unusable here")
     if not network:
         notes.append("network NOT isolated: programs can reach the host's network")
+    readonly, why = False, "no mount namespace (no working `unshare --mount` variant)"
+    if {"--mount", "--mount-proc"} & set(launcher):
+        caps = dataclasses.replace(plain, launcher=launcher, filesystem_readonly=True)
+        result = _run(_PROBE_CODE + _FS_PROBE_CODE, "", limits, caps, uid=uid, probing=True)
+        words = result.stdout.split()
+        readonly = result.ok and len(words) == 4 and words[0] == "isolated" and \
+            (words[1] == "1") == pid_ns and words[2:] == ["read-only", "0"]
+        why = (f"the read-only setup does not work here "
+               f"({(result.stderr.strip() or result.stdout.strip())[-300:] or 'no output'})")
+    if not readonly:
+        notes.append(f"file system NOT read-only: {why}; programs can write wherever their "
+                     f"uid may, outside their scratch folder too")
     cgroup_root = None
     if uid is not None:
         process_limit = "rlimit"
@@ -961,4 +1091,4 @@ def _probe(python: str) -> SandboxCapabilities:
                      + ("a pids cgroup enforces max_processes" if cgroup_root else
                         "no writable pids cgroup either, so max_processes is NOT enforced"))
     return SandboxCapabilities(python, launcher, network, pid_ns, uid, process_limit,
-                               cgroup_root, tuple(notes))
+                               cgroup_root, tuple(notes), readonly)

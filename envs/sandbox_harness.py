@@ -2,8 +2,9 @@
 
 :func:`pettingllms_envs.sandbox.run_python_batch` starts it as ``python -s -B -c <this file's
 source> <args>``: it compiles the untrusted program once, then forks a fresh child per test
-input (own stdin/stdout/stderr, own CPU/file limits, own wall clock, swept afterwards) and
-writes one record per input to its stdout, a file the host owns.
+input (own stdin/stdout/stderr, own CPU/file limits, own wall clock, swept afterwards; a reset
+scratch folder and, behind the read-only file system preamble, an emptied private /dev/shm)
+and writes one record per input to its stdout, a file the host owns.
 
 Constraints (why it looks unusual): it must run on any Python 3 the sandbox may use (no walrus,
 no match) and keep the state a forked child inherits close to a fresh interpreter's: no imports
@@ -120,6 +121,19 @@ def _reset_scratch(scratch, source):
         _write_all(fd, source)
     finally:
         os.close(fd)
+
+
+def _empty(folder):
+    """Remove what earlier inputs left in a folder private to this sandbox (its /dev/shm)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        try:
+            _remove(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def _unnamed_file(folder, name):
@@ -279,11 +293,12 @@ def _record(index, kind, value, timed_out, cpu, wall, sizes, pids_hit, out, err,
 
 
 def _main():
-    scratch, io_dir, events = sys.argv[1], sys.argv[2], sys.argv[3]
-    cpu, fsize, nofile, cap, tail_cap = (int(x) for x in sys.argv[4:9])
-    wall = float(sys.argv[9])
-    flags = sys.argv[10:]
+    scratch, io_dir, events, shm = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    cpu, fsize, nofile, cap, tail_cap = (int(x) for x in sys.argv[5:10])
+    wall = float(sys.argv[10])
+    flags = sys.argv[11:]
     events = None if events == "-" else events
+    shm = None if shm == "-" else shm
     rlimits = [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, fsize),
                (resource.RLIMIT_NOFILE, nofile)]
     blob = os.dup(0)
@@ -310,6 +325,8 @@ def _main():
         fds = []
         try:
             _reset_scratch(scratch, source)
+            if shm is not None:
+                _empty(shm)
             for name in ("stdin", "stdout", "stderr"):
                 fds.append(_unnamed_file(io_dir, name))
             _copy(blob, offset, length, fds[0])

@@ -2,6 +2,7 @@
 a batch of inputs must give each input what a single run would, and one bad input must not
 poison the others."""
 
+import dataclasses
 import os
 import resource
 import signal
@@ -31,7 +32,7 @@ FAST = SandboxLimits(wall_time_s=3, cpu_time_s=3)
 REPO = Path(__file__).resolve().parents[2]
 # Fields that must agree between run_python and run_python_batch (not the measured time).
 COMPARED = ("stdout", "stderr", "exit_code", "timed_out", "killed_by_signal", "output_truncated",
-            "network_isolated", "limit_hit")
+            "network_isolated", "limit_hit", "filesystem_readonly")
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -138,6 +139,8 @@ def test_capabilities_explain_every_fallback():
     assert caps.network_isolated == bool(caps.launcher)
     if not caps.network_isolated:
         assert any("network NOT isolated" in note for note in caps.notes)
+    if not caps.filesystem_readonly:
+        assert any("file system NOT read-only" in note for note in caps.notes)
     if os.geteuid() == 0 and caps.run_as_uid is None:
         assert any("RLIMIT_NPROC does not apply" in note for note in caps.notes)
 
@@ -291,7 +294,10 @@ def test_big_file_hits_the_file_size_limit():
 
 
 def _writable_outside_targets(caps, tmp_path: Path, name: str) -> list[Path]:
-    """Places outside the scratch folder the sandbox is guaranteed not to write here."""
+    """Places outside the scratch folder the sandbox is guaranteed not to write to here."""
+    if caps.filesystem_readonly:  # every mount but the run's own folders is read-only
+        return list(dict.fromkeys([REPO / name, tmp_path / name, Path("/tmp") / name,
+                                   Path(tempfile.gettempdir()) / name, Path("/etc") / name]))
     targets = [Path("/etc") / name]  # owned by root: out of reach of any non-root identity
     if caps.run_as_uid is not None:  # a dropped uid owns nothing of ours either
         targets += [tmp_path / name, REPO / name]
@@ -301,36 +307,165 @@ def _writable_outside_targets(caps, tmp_path: Path, name: str) -> list[Path]:
 _INTERPRETERS = [None] + [p for p in ("/usr/bin/python3",)
                           if os.path.exists(p) and os.path.realpath(p) != os.path.realpath(
                               sys.executable)]
+# Tries each path given on stdin: create/overwrite ("write"), create a folder ("mkdir"), delete
+# ("remove"); prints one verdict per attempt: "refused <op> <errno name>" or "done <op>".
+_ESCAPE_CODE = """
+import errno, os, sys
+for line in sys.stdin.read().splitlines():
+    op, path = line.split(' ', 1)
+    try:
+        if op == 'write':
+            with open(path, 'w') as handle:
+                handle.write('escaped')
+        elif op == 'mkdir':
+            os.mkdir(path)
+        else:
+            os.remove(path)
+        print('done', op, path)
+    except OSError as exc:
+        print('refused', op, errno.errorcode.get(exc.errno, exc.errno), path)
+"""
 
 
 @pytest.mark.parametrize("python", _INTERPRETERS)
-def test_writing_outside_the_scratch_folder_fails_where_the_os_can_refuse_it(python, tmp_path):
-    """Enforced by file permissions only (there is no read-only mount): a dropped uid cannot
-    write to root's folders (``/etc``, the repository, the test's own temporary folder), nor
-    can a non-root host user write to ``/etc``. A root host without a privilege drop keeps
+def test_writing_outside_the_scratch_folder_fails(python, tmp_path):
+    """Where the sandbox can make the host's file system read-only (a mount namespace), every
+    write outside the run's own folders fails with EROFS: new files in the repository, the
+    test's own temporary folder and /tmp, a new folder, and overwriting or deleting a file the
+    host made. Without it, only file permissions refuse: a dropped uid cannot write to root's
+    folders, nor can a non-root host user write to ``/etc``; a root host without either keeps
     root's file permissions (the documented residual risk), so there is nothing to assert."""
     caps = sandbox_capabilities(python)
-    if os.geteuid() == 0 and caps.run_as_uid is None:
-        pytest.skip(f"root without a privilege drop writes as root (residual risk): "
-                    f"{caps.notes}")
+    if os.geteuid() == 0 and caps.run_as_uid is None and not caps.filesystem_readonly:
+        pytest.skip(f"root without a privilege drop or a read-only file system writes as root "
+                    f"(residual risk): {caps.notes}")
     name = f"pettingllms-sbx-escape-{os.getpid()}.txt"
     targets = _writable_outside_targets(caps, tmp_path, name)
-    code = ("import sys\nfor path in sys.stdin.read().split():\n    try:\n"
-            "        open(path, 'w').write('escaped')\n        print('written', path)\n"
-            "    except OSError as exc:\n        print('refused', exc.errno)\n")
-    stdin = "\n".join(map(str, targets))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original")
+    attempts = [("write", path) for path in targets]
+    if caps.filesystem_readonly or caps.run_as_uid is not None:
+        attempts += [("mkdir", tmp_path / "new-folder"), ("write", victim), ("remove", victim)]
+    stdin = "\n".join(f"{op} {path}" for op, path in attempts)
     try:
-        results = [run_python(code, stdin=stdin, python=python),
-                   *run_python_batch(code, [stdin], python=python)]
+        results = [run_python(_ESCAPE_CODE, stdin=stdin, python=python),
+                   *run_python_batch(_ESCAPE_CODE, [stdin], python=python)]
         for result in results:
-            lines = result.stdout.splitlines()
-            assert result.ok and len(lines) == len(targets), result
-            assert all(line.startswith("refused") for line in lines), lines
+            verdicts = [line.split()[:3] for line in result.stdout.splitlines()]
+            assert result.ok and len(verdicts) == len(attempts), result
+            assert result.filesystem_readonly == caps.filesystem_readonly
+            assert all(verdict[0] == "refused" for verdict in verdicts), result.stdout
+            if caps.filesystem_readonly:  # a non-root uid may be refused by permissions first
+                permissions_first = caps.run_as_uid is not None or os.geteuid() != 0
+                allowed = {"EROFS"} | ({"EACCES"} if permissions_first else set())
+                assert {verdict[2] for verdict in verdicts} <= allowed, result.stdout
         assert [path for path in targets if path.exists()] == []
+        assert not (tmp_path / "new-folder").exists() and victim.read_text() == "original"
     finally:
         for path in targets:
             if path.exists():
                 path.unlink()
+
+
+def _require_readonly_filesystem():
+    caps = sandbox_capabilities()
+    if not caps.filesystem_readonly:
+        pytest.skip(f"no read-only file system on this host: {caps.notes}")
+
+
+def test_a_program_cannot_lift_the_read_only_view():
+    """Root inside its namespaces, yet without capabilities: no remount, no unmount of its
+    folder's own mount; a nested user namespace gets a copy whose read-only flags are locked.
+    Host files that only root may write, such as sysctls, refuse too (opened, never written)."""
+    _require_readonly_filesystem()
+    code = (
+        "import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def verdict(what, result):\n"
+        "    code = ctypes.get_errno() if result != 0 else 0\n"
+        "    print(what, errno.errorcode.get(code, code))\n"
+        "remount = 32 | 4096 | (1 << 21)  # MS_REMOUNT | MS_BIND | MS_RELATIME, without MS_RDONLY\n"
+        "verdict('remount', libc.mount(None, b'/', None, remount, None))\n"
+        "verdict('umount', libc.umount2(os.getcwd().encode(), 2))\n"
+        "try:\n    os.close(os.open('/proc/sys/vm/drop_caches', os.O_WRONLY))\n"
+        "    print('sysctl', 0)\nexcept OSError as exc:\n"
+        "    print('sysctl', errno.errorcode[exc.errno])\n"
+        "if libc.unshare(0x10000000 | 0x20000) == 0:  # CLONE_NEWUSER | CLONE_NEWNS\n"
+        "    verdict('nested-remount', libc.mount(None, b'/', None, remount, None))\n"
+        "else:\n    verdict('nested-unshare', -1)\n")
+    results = [run_python(code, limits=FAST), *run_python_batch(code, [""], limits=FAST)]
+    for result in results:
+        verdicts = dict(line.split() for line in result.stdout.splitlines())
+        assert result.ok and result.filesystem_readonly, result
+        assert verdicts["remount"] == "EPERM" and verdicts["umount"] == "EPERM", verdicts
+        assert verdicts["sysctl"] == "EROFS", verdicts
+        assert verdicts.get("nested-remount", "EPERM") == "EPERM", verdicts
+
+
+def test_dev_shm_is_private_to_each_run():
+    """/dev/shm is a small tmpfs of the run's own: writable (so multiprocessing's semaphores
+    work), invisible to the host, and emptied between the inputs of a batch."""
+    _require_readonly_filesystem()
+    name = f"pettingllms-sbx-shm-{os.getpid()}"
+    code = ("import multiprocessing, os\nlock = multiprocessing.Lock()\n"
+            f"print(sorted(os.listdir('/dev/shm')))\nopen('/dev/shm/{name}', 'w').write('x')\n"
+            "with lock:\n    print('locked')\n")
+    results = [run_python(code, limits=FAST), *run_python_batch(code, ["", ""], limits=FAST)]
+    for result in results:
+        assert result.ok and result.stdout == "[]\nlocked\n", result
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_a_failing_read_only_setup_means_the_program_does_not_run(monkeypatch):
+    """A preamble that cannot set up the read-only view (here: launched without a mount
+    namespace of its own, where it refuses to touch the mounts it sees) starts nothing: every
+    result says "could not start" and why, none runs the program."""
+    _require_readonly_filesystem()
+    caps = sandbox_capabilities()
+    if "--user" not in caps.launcher:
+        pytest.skip(f"needs a user namespace launcher to test safely: {caps.launcher}")
+    no_mount_ns = dataclasses.replace(
+        caps, launcher=(caps.launcher[0], "--user", "--map-root-user", "--net", "--"))
+    monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda python=None: no_mount_ns)
+    code = "print('ran')"
+    results = [run_python(code, limits=FAST), *run_python_batch(code, ["", ""], limits=FAST)]
+    for result in results:
+        assert result.exit_code is None and result.stdout == "" and result.filesystem_readonly
+        assert "read-only file system setup failed" in result.stderr, result
+        assert "not in a mount namespace of its own" in result.stderr, result
+        assert result.describe_failure().startswith("could not start")
+
+
+def test_where_the_read_only_setup_fails_the_probe_says_so_and_runs_go_on(monkeypatch):
+    """The probe's read-only attempt fails (a stand-in preamble that only exits 125): the
+    capabilities say why, and runs start without the preamble, as they did before it."""
+    monkeypatch.setattr(sandbox, "_FS_PREAMBLE", "import sys\nsys.exit(125)")
+    caps = sandbox._probe(sys.executable)
+    assert not caps.filesystem_readonly
+    assert any(note.startswith("file system NOT read-only") for note in caps.notes), caps.notes
+    assert caps.network_isolated == sandbox_capabilities().network_isolated
+    monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda python=None: caps)
+    results = [run_python("print('ran')", limits=FAST),
+               *run_python_batch("print('ran')", [""], limits=FAST)]
+    assert all(r.ok and r.stdout == "ran\n" and not r.filesystem_readonly for r in results)
+
+
+def test_an_ordinary_program_behaves_alike_in_single_and_batch_runs():
+    """Imports, stdin, files in its own folder (the temporary-file folder falls back to it),
+    /dev/null and the host-opened stdout/stderr (also by path) all work as without the
+    read-only view."""
+    code = ("import collections, heapq, json, sys, tempfile\ndata = sys.stdin.read().split()\n"
+            "with open('notes.txt', 'w') as handle:\n    json.dump(data, handle)\n"
+            "with tempfile.TemporaryFile() as spill:\n    spill.write(b'x' * 1000)\n"
+            "open('/dev/null', 'w').write('discarded')\n"
+            "open('/dev/stderr', 'a').write('to stderr\\n')\n"
+            "counts = collections.Counter(json.load(open('notes.txt')))\n"
+            "print(counts.most_common(2), heapq.nsmallest(1, data), flush=True)\n")
+    inputs = ["a b a c a b", ""]
+    singles = [run_python(code, stdin=text, limits=FAST) for text in inputs]
+    batch = run_python_batch(code, inputs, limits=FAST)
+    assert [_fields(r) for r in batch] == [_fields(r) for r in singles]
+    assert singles[0].ok and singles[0].stdout == "[('a', 3), ('b', 2)] ['a']\n"
+    assert singles[0].stderr == "to stderr\n" and singles[1].stdout == "[] []\n"
 
 
 def test_host_environment_is_invisible(monkeypatch):
@@ -597,3 +732,12 @@ def test_no_scratch_harness_or_cgroup_is_left_behind(tmp_path, monkeypatch):
     if root is not None:
         ours = f"pettingllms-sbx-{os.getpid()}-"
         assert [name for name in os.listdir(root) if name.startswith(ours)] == []
+
+
+def test_whole_number_limits_accept_yaml_floats_and_reject_fractions():
+    """YAML writes 1e6 as a float; byte, MiB and count limits must still be whole numbers."""
+    limits = SandboxLimits(max_file_bytes=1e6, memory_mb=256.0)
+    assert limits.max_file_bytes == 1_000_000 and isinstance(limits.max_file_bytes, int)
+    assert isinstance(limits.memory_mb, int)
+    with pytest.raises(ValueError, match="whole number"):
+        SandboxLimits(max_processes=2.5)
