@@ -721,13 +721,13 @@ class SudokuEnv(TextParallelEnv):
         if agent == "tool":
             return "\n".join([
                 f"{rule} 0 = empty.", f"grid = {grid_literal(self.board)}",
-                "Write a ```python block that solves it and prints the grid, one row per line, "
-                f"like: print('{''.join(map(str, example_grid(box)[0]))}')"])
-        example = "\n".join("".join(map(str, row)) for row in example_grid(box))
+                "Write a ```python block that solves it and prints the grid, "
+                f"like: print('{_one_line(example_grid(box))}')"])
         report = clip_text(self.tool_report, max(120, 60 + 2 * n * n + n))
         return "\n".join([f"{rule} . = empty.", render_grid(self.board, boxes=False),
                           f"Tool: {report}",
-                          f"Answer with the full grid, like:\nAnswer:\n{example}"])
+                          "Answer with the full grid on one line, like: "
+                          f"Answer: {_one_line(example_grid(box))}"])
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
                      raw: Mapping[str, str]) -> StageOutcome:
@@ -764,6 +764,12 @@ class SudokuEnv(TextParallelEnv):
 
 
 # ------------------------------------------------------------------------------ validation
+def _one_line(grid: Grid) -> str:
+    """A grid as one line of rows (``1234 3412 ...``): the compact prompt's answer example,
+    which ~100M models copy more reliably than a multi-line block."""
+    return " ".join("".join(map(str, row)) for row in grid)
+
+
 def _read_task_rows(rows: Sequence[Any], size: int) -> Grid:
     if isinstance(rows, str) or not isinstance(rows, Sequence):
         raise ValueError("options['task'] must be a SudokuTask, a grid (rows of ints or "

@@ -519,7 +519,9 @@ def test_full_prompt_reports_the_last_result_and_compact_keeps_the_answer_format
     assert "Result of the last answer: 0 cell(s) filled correctly" in obs["tool"]
     compact = SudokuEnv(prompt_style="compact")
     obs, _ = compact.reset(seed=0)
-    assert "Answer:\n1234\n3412" in obs["planner"] and "```python" in obs["tool"]
+    example = "Answer: 1234 3412 2341 4123"
+    assert example in obs["planner"] and "```python" in obs["tool"]
+    assert parse_answer(example, 4).ok  # the example the model copies is a valid answer
     assert len(obs["planner"].splitlines()) <= 12
 
 
