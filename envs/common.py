@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
-from pettingllms_rllib.envs import ParseResult
+from pettingllms_rllib.envs import ParseResult, StageOutcome, TextParallelEnv
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +129,56 @@ def score_tool_program(parsed: ParseResult, *, limits: SandboxLimits, runner: Co
         return ToolStageResult(penalty, report, report)
     outcome = simulate(answer.value)
     return ToolStageResult(outcome.reward, report, f"{report}\n{if_used}: {outcome.describe()}.")
+
+
+class ToolPlannerEnv(TextParallelEnv):
+    """Base of the tool -> planner tasks (plan_path, sokoban, sudoku): the shared workflow, stage
+    dispatch and tool stage, so all three score a turn by the same rule.
+
+    A subclass sets ``roles`` (or ``self.roles``), ``sandbox_limits``, ``code_runner``,
+    ``tool_report`` and :attr:`answer_kind`, and implements :meth:`_parse_tool_output`,
+    :meth:`_simulate` (score an answer without changing the state), :meth:`_apply_planner` and
+    :meth:`_solved`. Team reward and success are "solved after this stage", which terminates.
+    """
+
+    possible_agents = ["tool", "planner"]
+    workflow = [("tool",), ("planner",)]
+    #: How the tool's output is named in its report ("not a move list: ...").
+    answer_kind = "an answer"
+    #: How the simulated score is introduced in the tool's feedback.
+    simulated_as = "If played now"
+
+    def _parse_tool_output(self, stdout: str) -> ParseResult:
+        raise NotImplementedError
+
+    def _simulate(self, answer: Any) -> ScoredOutcome:
+        raise NotImplementedError
+
+    def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
+        raise NotImplementedError
+
+    def _solved(self) -> bool:
+        raise NotImplementedError
+
+    def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
+        stage = score_tool_program(
+            parsed, limits=self.sandbox_limits, runner=self.code_runner,
+            task_name=self.metadata["name"], penalty=self.invalid_action_penalty,
+            parse_output=self._parse_tool_output, simulate=self._simulate,
+            answer_kind=self.answer_kind, if_used=self.simulated_as)
+        self.tool_report = stage.report
+        return stage.reward, stage.feedback
+
+    def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
+                     raw: Mapping[str, str]) -> StageOutcome:
+        agent = stage[0]
+        if agent == "tool":
+            local, feedback = self._run_tool(parsed["tool"])
+        else:
+            local, feedback = self._apply_planner(parsed["planner"])
+        solved = self._solved()
+        return StageOutcome(local={agent: local}, team=1.0 if solved else 0.0, success=solved,
+                            terminated=solved, feedback={agent: feedback})
 
 
 # ------------------------------------------------------------------------------ argument checks

@@ -18,10 +18,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code, score_tool_program)
+    CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code)
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
+from pettingllms_rllib.envs import ParseResult, Role
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ _PLANNER = Role(
 )
 
 
-class PlanPathEnv(TextParallelEnv):
+class PlanPathEnv(ToolPlannerEnv):
     """Env card: ``plan_path_v0``.
 
     Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
@@ -317,9 +317,8 @@ class PlanPathEnv(TextParallelEnv):
     """
 
     metadata = {"name": "plan_path_v0"}
-    possible_agents = ["tool", "planner"]
     roles = {"tool": _TOOL, "planner": _PLANNER}
-    workflow = [("tool",), ("planner",)]
+    answer_kind = "a move list"
 
     def __init__(self, *, grid_size: int = 10, wall_prob: float = 0.22, max_turns: int = 3,
                  alpha: float = 1.0, invalid_action_penalty: float = -1.0,
@@ -417,32 +416,19 @@ class PlanPathEnv(TextParallelEnv):
                       "Answer with one line like: Moves: R D"]
         return "\n".join(lines)
 
-    def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
-                     raw: Mapping[str, str]) -> StageOutcome:
-        agent = stage[0]
-        if agent == "tool":
-            local, feedback = self._run_tool(parsed["tool"])
-        else:
-            local, feedback = self._apply_planner(parsed["planner"])
-        success = self.position == self.task.goal
-        return StageOutcome(local={agent: local}, team=1.0 if success else 0.0, success=success,
-                            terminated=success, feedback={agent: feedback})
-
     # ------------------------------------------------------------------ stages
+    def _parse_tool_output(self, stdout: str) -> ParseResult:
+        return parse_program_output(stdout)
+
+    def _solved(self) -> bool:
+        return self.position == self.task.goal
+
     def _simulate(self, moves: Sequence[str]) -> MoveOutcome:
         return simulate_moves(self.task.grid, self.position, self.task.goal, moves,
                               distances=self.distances, rewards=self.reward_config,
                               moves_before=len(self.moves_taken),
                               optimal_length=self.optimal_length,
                               max_moves=self.max_moves_per_turn)
-
-    def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
-        stage = score_tool_program(
-            parsed, limits=self.sandbox_limits, runner=self.code_runner, task_name="plan_path",
-            penalty=self.invalid_action_penalty, parse_output=parse_program_output,
-            simulate=self._simulate, answer_kind="a move list")
-        self.tool_report = stage.report
-        return stage.reward, stage.feedback
 
     def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
         if not parsed.ok:

@@ -22,12 +22,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code, score_tool_program)
+    CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code)
 from pettingllms_envs.plan_path import MOVES, parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import (
-    ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
+from pettingllms_rllib.envs import ParseResult, Role, split_of_seed
 
 Position = tuple[int, int]
 #: The ASCII legend shown to the agents (and accepted by :func:`level_from_ascii`).
@@ -402,7 +401,7 @@ _PLANNER = Role(
 )
 
 
-class SokobanEnv(TextParallelEnv):
+class SokobanEnv(ToolPlannerEnv):
     """Env card: ``sokoban_v0``.
 
     Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
@@ -473,9 +472,8 @@ class SokobanEnv(TextParallelEnv):
     """
 
     metadata = {"name": "sokoban_v0"}
-    possible_agents = ["tool", "planner"]
     roles = {"tool": _TOOL, "planner": _PLANNER}
-    workflow = [("tool",), ("planner",)]
+    answer_kind = "a move list"
 
     def __init__(self, *, room_size: int = 6, num_boxes: int = 1,
                  reverse_pulls: int | None = None, max_turns: int = 3, alpha: float = 1.0,
@@ -580,17 +578,6 @@ class SokobanEnv(TextParallelEnv):
                       "Answer with one line like: Moves: U L"]
         return "\n".join(lines)
 
-    def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
-                     raw: Mapping[str, str]) -> StageOutcome:
-        agent = stage[0]
-        if agent == "tool":
-            local, feedback = self._run_tool(parsed["tool"])
-        else:
-            local, feedback = self._apply_planner(parsed["planner"])
-        success = self.state.solved
-        return StageOutcome(local={agent: local}, team=1.0 if success else 0.0, success=success,
-                            terminated=success, feedback={agent: feedback})
-
     # ------------------------------------------------------------------ stages
     def _moves_so_far(self) -> str:
         if not self.moves_taken:
@@ -598,17 +585,15 @@ class SokobanEnv(TextParallelEnv):
         shown = " ".join(self.moves_taken[-SHOWN_MOVES:])
         return shown if len(self.moves_taken) <= SHOWN_MOVES else "... " + shown
 
+    def _parse_tool_output(self, stdout: str) -> ParseResult:
+        return parse_program_output(stdout)
+
+    def _solved(self) -> bool:
+        return self.state.solved
+
     def _simulate(self, moves: Sequence[str]) -> MoveOutcome:
         return simulate_moves(self.state, moves, rewards=self.reward_config,
                               max_moves=self.max_moves_per_turn)
-
-    def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
-        stage = score_tool_program(
-            parsed, limits=self.sandbox_limits, runner=self.code_runner, task_name="sokoban",
-            penalty=self.invalid_action_penalty, parse_output=parse_program_output,
-            simulate=self._simulate, answer_kind="a move list")
-        self.tool_report = stage.report
-        return stage.reward, stage.feedback
 
     def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
         if not parsed.ok:

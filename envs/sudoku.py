@@ -27,11 +27,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code, score_tool_program)
+    CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code)
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import (
-    ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
+from pettingllms_rllib.envs import ParseResult, Role, split_of_seed
 
 logger = logging.getLogger(__name__)
 
@@ -562,7 +561,7 @@ def score_answer(task: SudokuTask, board: Grid, placements: Sequence[Placement],
 
 
 # ------------------------------------------------------------------------------ the env
-class SudokuEnv(TextParallelEnv):
+class SudokuEnv(ToolPlannerEnv):
     """Env card: ``sudoku_v0``.
 
     Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
@@ -619,8 +618,8 @@ class SudokuEnv(TextParallelEnv):
     """
 
     metadata = {"name": "sudoku_v0"}
-    possible_agents = ["tool", "planner"]
-    workflow = [("tool",), ("planner",)]
+    answer_kind = "a Sudoku answer"
+    simulated_as = "If answered now"
 
     def __init__(self, *, box_size: int = 2, num_holes: int | None = None, max_turns: int = 3,
                  alpha: float = 1.0, invalid_action_penalty: float = -1.0,
@@ -729,35 +728,21 @@ class SudokuEnv(TextParallelEnv):
                           "Answer with the full grid on one line, like: "
                           f"Answer: {_one_line(example_grid(box))}"])
 
-    def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
-                     raw: Mapping[str, str]) -> StageOutcome:
-        agent = stage[0]
-        if agent == "tool":
-            local, feedback = self._run_tool(parsed["tool"])
-        else:
-            local, feedback = self._apply_planner(parsed["planner"])
-        solved = self.board == self.task.solution
-        return StageOutcome(local={agent: local}, team=1.0 if solved else 0.0, success=solved,
-                            terminated=solved, feedback={agent: feedback})
-
     # ------------------------------------------------------------------ stages
-    def _score(self, placements: Sequence[Placement]) -> AnswerOutcome:
-        return score_answer(self.task, self.board, placements, self.reward_config)
+    def _parse_tool_output(self, stdout: str) -> ParseResult:
+        return parse_program_output(stdout, self.size)
 
-    def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
-        stage = score_tool_program(
-            parsed, limits=self.sandbox_limits, runner=self.code_runner, task_name="sudoku",
-            penalty=self.invalid_action_penalty, parse_output=lambda out: parse_program_output(out, self.size),
-            simulate=self._score, answer_kind="a Sudoku answer",
-            if_used="If answered now")
-        self.tool_report = stage.report
-        return stage.reward, stage.feedback
+    def _solved(self) -> bool:
+        return self.board == self.task.solution
+
+    def _simulate(self, placements: Sequence[Placement]) -> AnswerOutcome:
+        return score_answer(self.task, self.board, placements, self.reward_config)
 
     def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
         if not parsed.ok:
             self.last_result = f"not understood ({parsed.error})."
             return self.invalid_action_penalty, f"Answer not understood: {parsed.error}."
-        outcome = self._score(parsed.value)
+        outcome = self._simulate(parsed.value)
         self.board = outcome.board
         self.last_result = clip_text(outcome.describe() + ".")
         return outcome.reward, outcome.describe() + "."
