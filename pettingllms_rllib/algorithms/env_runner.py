@@ -10,6 +10,12 @@ state and needs token ids and behaviour log-probs. So this runner plugs in throu
 Weights reach the runner only through ``set_state`` (RLlib's ``sync_weights``); that is the one
 hook where an engine's weights are updated, and the runner records the learner's weights
 version it received so the algorithm can fail loudly if a runner lags.
+
+Engines: with ``engine="hf"`` the runner holds inference copies of the modules (on its GPU when
+``num_gpus_per_env_runner > 0``) and generates with them. With ``engine="vllm"`` it holds no
+torch module at all: the vLLM engine serves the weights, and ``set_state`` pushes every update
+into it (one LoRA adapter per module, or the full model), then checks the engine serves the
+version the learner sent before the next rollout.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
+from pettingllms_rllib.engines.weight_sync import check_engine_version
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
 from pettingllms_rllib.envs.registry import make_text_env
 
@@ -44,6 +51,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.env = None
         self.module = None
         self.engine = None
+        self._lora_kwargs = None
         self.weights_version = 0
         self.num_env_steps_sampled_lifetime = 0
         index = self.worker_index or 0
@@ -63,18 +71,46 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def make_module(self) -> None:
-        from pettingllms_rllib.engines.hf_engine import HFEngine
         from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
 
-        spec = self.config.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
+        cfg = self.config
+        tokenizer = load_tokenizer(ModelSpec.coerce(cfg.model_spec_dict))
+        seed = None if cfg.seed is None else int(cfg.seed) * 1009 + (self.worker_index or 0)
+        sampling = SamplingConfig(max_new_tokens=int(cfg.max_new_tokens),
+                                  temperature=float(cfg.temperature), seed=seed)
+        if cfg.engine == "vllm":
+            self.engine = self._make_vllm_engine(tokenizer, sampling)
+            return
+        from pettingllms_rllib.engines.hf_engine import HFEngine
+
+        spec = cfg.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
         self.module = spec.build()
-        tokenizer = load_tokenizer(ModelSpec.coerce(self.config.model_spec_dict))
-        seed = None if self.config.seed is None else int(self.config.seed) * 1009 + (
-            self.worker_index or 0)
-        sampling = SamplingConfig(max_new_tokens=int(self.config.max_new_tokens),
-                                  temperature=float(self.config.temperature), seed=seed)
-        self.engine = HFEngine(tokenizer, sampling, system_prompt=self.config.system_prompt,
-                               max_batch_size=self.config.generation_batch_size)
+        if float(cfg.num_gpus_per_env_runner or 0) > 0 and torch.cuda.is_available():
+            self.module.to(torch.device("cuda", torch.cuda.current_device()))
+        self.engine = HFEngine(tokenizer, sampling, system_prompt=cfg.system_prompt,
+                               max_batch_size=cfg.generation_batch_size)
+
+    def _make_vllm_engine(self, tokenizer, sampling):
+        from pettingllms_rllib.engines.vllm_engine import VLLMEngine
+        from pettingllms_rllib.models.loading import model_folder
+        from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
+
+        cfg = self.config
+        lora = None if cfg.lora is None else {**DEFAULT_LORA, **cfg.lora}
+        self._lora_kwargs = lora
+        return VLLMEngine(
+            model_folder(cfg.model_spec_dict), tokenizer, sampling,
+            system_prompt=cfg.system_prompt, dtype=cfg.model_dtype,
+            max_loras=0 if lora is None else len(cfg.policies),
+            max_lora_rank=16 if lora is None else int(lora["r"]),
+            gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization),
+            kv_cache_gib=cfg.vllm_kv_cache_gib,
+            max_model_len=cfg.vllm_max_model_len, enforce_eager=bool(cfg.vllm_enforce_eager),
+            engine_kwargs=cfg.vllm_engine_kwargs)
+
+    @property
+    def serves_with_vllm(self) -> bool:
+        return self.config.engine == "vllm"
 
     @override(EnvRunner)
     def get_spaces(self) -> dict[str, Any]:
@@ -91,16 +127,24 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def assert_healthy(self) -> None:
-        assert self.env is None or self.module is not None, "env runner has an env but no module"
+        assert self.env is None or self.engine is not None, "env runner has an env but no engine"
 
     def module_for_agent(self, agent_id: str) -> str:
         return self.config.policy_mapping_fn(agent_id, None)
 
     # ------------------------------------------------------------------ sampling
     def _generate(self, module_id: str, prompts, num_samples: int):
+        if self.serves_with_vllm:
+            adapter = module_id if self._lora_kwargs is not None else None
+            return self.engine.generate(adapter, prompts, num_samples)
         module = self.module[module_id]
         module.activate()
         return self.engine.generate(module.causal_lm, prompts, num_samples)
+
+    @property
+    def served_weights_version(self) -> int:
+        """The weights version the engine generates with (the received one, for HF modules)."""
+        return self.engine.weights_version if self.serves_with_vllm else self.weights_version
 
     def draw_task_seeds(self, num_tasks: int) -> list[int]:
         return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
@@ -112,6 +156,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         if self.env is None:
             raise RuntimeError("this env runner holds no env/model (a driver-local runner "
                                "next to remote runners); sample on the remote runners")
+        if self.serves_with_vllm:
+            check_engine_version(self.engine.weights_version, self.weights_version,
+                                 where=f"env runner {self.worker_index or 0}")
         seeds = task_seeds if task_seeds is not None else self.draw_task_seeds(
             num_tasks or int(self.config.num_tasks_per_iteration))
         roots = {}
@@ -122,11 +169,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         sampler = TreeSampler(self._generate, self.module_for_agent,
                               num_branches=int(self.config.num_branches))
         with torch.no_grad():
-            result = sampler.run(roots, weights_version=self.weights_version)
+            result = sampler.run(roots, weights_version=self.served_weights_version)
         steps = sum(e.num_stages for e in result.episodes)
         self.num_env_steps_sampled_lifetime += steps
         return {"records": result.records, "episodes": result.episodes,
-                "weights_version": self.weights_version, "worker_index": self.worker_index or 0,
+                "weights_version": self.served_weights_version, "worker_index": self.worker_index or 0,
                 "env_steps": steps}
 
     @override(EnvRunner)
@@ -150,18 +197,36 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def set_state(self, state: dict) -> None:
         """Receive weights (the single place where the engine's weights change)."""
         version = int(state.get(WEIGHTS_SEQ_NO, 0))
-        if COMPONENT_RL_MODULE in state and self.module is not None:
-            if version == 0 or version >= self.weights_version:
-                module_state = state[COMPONENT_RL_MODULE]
-                if not isinstance(module_state, dict):  # an ObjectRef from sync_weights
-                    import ray
+        if COMPONENT_RL_MODULE in state and self.engine is not None and (
+                version == 0 or version >= self.weights_version):
+            module_state = state[COMPONENT_RL_MODULE]
+            if not isinstance(module_state, dict):  # an ObjectRef from sync_weights
+                import ray
 
-                    module_state = ray.get(module_state)
+                module_state = ray.get(module_state)
+            if self.serves_with_vllm:
+                self._sync_engine(module_state, version)
+            else:
                 self.module.set_state(module_state)
         if version > 0:
             self.weights_version = version
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
+
+    def _sync_engine(self, module_state: dict, version: int) -> None:
+        """Push new weights into the vLLM engine: each module's adapter, or the full model."""
+        if self._lora_kwargs is not None:
+            for module_id, adapter_state in sorted(module_state.items()):
+                self.engine.load_adapter(module_id, adapter_state, self._lora_kwargs, version)
+        else:
+            if len(module_state) != 1:  # validate() forbids this; never load two models into one
+                raise RuntimeError(f"full fine-tuning with engine='vllm' serves one module, got "
+                                   f"{sorted(module_state)}")
+            (full_state,) = module_state.values()
+            self.engine.load_full_weights(full_state)
+        self.engine.finish_sync(version)
+        logger.info("env runner %d: engine now serves weights version %d",
+                    self.worker_index or 0, version)
 
     @override(Checkpointable)
     def get_ctor_args_and_kwargs(self):
@@ -173,5 +238,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self) -> None:
+        if self.serves_with_vllm and self.engine is not None:
+            self.engine.close()
         self.engine = None
         self.module = None

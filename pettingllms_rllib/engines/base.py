@@ -53,8 +53,35 @@ class Completion:
     finish_reason: str
 
 
+def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None) -> list[int]:
+    """Token ids of one prompt as every engine shows it to the model: the chat template with the
+    generation prompt when the tokenizer has one, the plain text otherwise.
+
+    All engines encode through this one function, so the HF and vLLM engines (and the learner,
+    which receives these ids) always agree on the prompt tokens.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        messages = []
+        if system_prompt is not None:
+            messages.append({"role": "system", "content": system_prompt})
+        messages.append({"role": "user", "content": prompt})
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                            tokenize=True, return_dict=True)["input_ids"]
+    else:
+        text = prompt if system_prompt is None else f"{system_prompt}\n\n{prompt}"
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    if len(ids) == 0:
+        raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs one")
+    return list(ids)
+
+
 class Engine(Protocol):
-    """Generates ``num_samples`` completions for every prompt in one batched call."""
+    """Generates ``num_samples`` completions for every prompt in one batched call.
+
+    ``model`` is whatever the engine generates with: the (peft-wrapped) torch model for
+    :class:`~pettingllms_rllib.engines.hf_engine.HFEngine`, the served adapter's name (or None
+    for the base weights) for :class:`~pettingllms_rllib.engines.vllm_engine.VLLMEngine`.
+    """
 
     sampling: SamplingConfig
 

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from pettingllms_rllib.engines.base import Completion, SamplingConfig
+from pettingllms_rllib.engines.base import Completion, SamplingConfig, encode_chat_prompt
 from pettingllms_rllib.models.logprobs import position_ids_from_mask, unwrap_peft
 
 logger = logging.getLogger(__name__)
@@ -105,22 +105,8 @@ class HFEngine:
     # ------------------------------------------------------------------ prompts
 
     def encode_prompt(self, prompt: str) -> list[int]:
-        """Token ids of one prompt as the model sees it: chat template with the generation
-        prompt when the tokenizer has one, the plain text otherwise."""
-        tokenizer = self.tokenizer
-        if getattr(tokenizer, "chat_template", None):
-            messages = []
-            if self.system_prompt is not None:
-                messages.append({"role": "system", "content": self.system_prompt})
-            messages.append({"role": "user", "content": prompt})
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                tokenize=True, return_dict=True)["input_ids"]
-        else:
-            text = prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
-            ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-        if len(ids) == 0:
-            raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs one")
-        return list(ids)
+        """Token ids of one prompt as the model sees it (see ``encode_chat_prompt``)."""
+        return encode_chat_prompt(self.tokenizer, prompt, self.system_prompt)
 
     # ------------------------------------------------------------------ sampling
 

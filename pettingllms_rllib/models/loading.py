@@ -388,6 +388,32 @@ def load_causal_lm(spec: ModelSpec | str | Mapping[str, Any] | None = None):
     return model
 
 
+def _save_tiny_random(spec: ModelSpec, out_dir: Path) -> None:
+    model = _build_tiny_random(dataclasses.replace(spec, dtype="float32"))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    load_tokenizer(spec).save_pretrained(str(out_dir))
+
+
+def model_folder(spec: ModelSpec | str | Mapping[str, Any] | None = None) -> str:
+    """A folder (or hub id) holding the spec's weights, config and tokenizer, for engines that
+    load models themselves (vLLM).
+
+    The bundled model resolves to its converted folder; ``"tiny-random"`` is written once into
+    the cache, keyed by a hash of its config overrides and seed, so every runner of every run
+    serves the same weights the learner builds in memory.
+    """
+    spec = ModelSpec.coerce(spec)
+    if spec.name_or_path != TINY_RANDOM_NAME:
+        return resolve_model_path(spec.name_or_path)
+    key = hashlib.sha256(json.dumps({"config": spec.tiny_config or {}, "seed": spec.seed,
+                                     "defaults": dict(DEFAULT_TINY_CONFIG),
+                                     "tokenizer": _cache_key(bundled_gguf_path())},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    target = cache_root() / "tiny-random" / key
+    return str(_build_atomically(target, functools.partial(_save_tiny_random, spec),
+                                 f"tiny-random seed={spec.seed} config={spec.tiny_config}"))
+
+
 def load_model_and_tokenizer(spec: ModelSpec | str | Mapping[str, Any] | None = None):
     """Both halves of a spec: ``(causal_lm, tokenizer)``."""
     spec = ModelSpec.coerce(spec)

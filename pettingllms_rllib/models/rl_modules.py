@@ -11,11 +11,12 @@ the log-probs of the response tokens only (see :mod:`pettingllms_rllib.models.lo
 
 ``model_config`` keys (filled by ``ATGRPOConfig`` from its ``.llm()`` section):
 ``model`` (a :class:`~pettingllms_rllib.models.loading.ModelSpec` field dict), ``temperature``,
-``logprob_chunk_size``, ``gradient_checkpointing`` and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
+``logprob_chunk_size``, ``gradient_checkpointing``, ``autocast_dtype`` and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -53,6 +54,8 @@ class CausalLMRLModule(TorchRLModule):
     def _read_logprob_settings(self, config: dict) -> None:
         self.temperature = float(config.get("temperature", 1.0))
         self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
+        dtype_name = config.get("autocast_dtype")
+        self.autocast_dtype = None if dtype_name is None else getattr(torch, dtype_name)
 
     def activate(self) -> None:
         """Make this module's weights the ones the shared network computes with (LoRA hook)."""
@@ -63,11 +66,15 @@ class CausalLMRLModule(TorchRLModule):
     @override(TorchRLModule)
     def _forward(self, batch, **kwargs):
         self.activate()
-        logp = response_logprobs(
-            self.causal_lm, batch["input_ids"].long(), batch["attention_mask"].long(),
-            batch["response_mask"], temperature=self.temperature,
-            chunk_size=self.logprob_chunk_size)
-        return {TOKEN_LOGP: logp}
+        input_ids = batch["input_ids"].long()
+        autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
+                    torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
+        with autocast:
+            logp = response_logprobs(
+                self.causal_lm, input_ids, batch["attention_mask"].long(),
+                batch["response_mask"], temperature=self.temperature,
+                chunk_size=self.logprob_chunk_size)
+        return {TOKEN_LOGP: logp.float()}
 
     # RLlib's default get_state converts to numpy, which fails on bf16: keep torch tensors.
     @override(TorchRLModule)

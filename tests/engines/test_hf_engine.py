@@ -10,7 +10,7 @@ import torch
 from pettingllms_rllib.engines.base import Completion, SamplingConfig
 from pettingllms_rllib.engines.hf_engine import HFEngine, sample_tokens
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm, load_tokenizer
-from pettingllms_rllib.models.logprobs import response_logprobs
+from teacher_forcing import teacher_forced
 
 TINY = ModelSpec("tiny-random", tiny_config={"hidden_size": 32, "intermediate_size": 64})
 PROMPTS = ["Go from S to G.", "A much longer prompt: the grid has walls at (1, 2) and (3, 3); "
@@ -25,23 +25,6 @@ def tiny():
 def engine(tokenizer, max_new_tokens=8, temperature=1.0, seed=0, **kwargs):
     return HFEngine(tokenizer, SamplingConfig(max_new_tokens=max_new_tokens,
                                               temperature=temperature, seed=seed), **kwargs)
-
-
-def teacher_forced(model, completions, temperature, pad_id):
-    """Right-padded learner layout, scored by response_logprobs."""
-    rows = [list(c.prompt_ids) + list(c.response_ids) for c in completions]
-    width = max(map(len, rows))
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    response_mask = torch.zeros_like(input_ids)
-    for i, (row, c) in enumerate(zip(rows, completions)):
-        input_ids[i, :len(row)] = torch.tensor(row)
-        attention_mask[i, :len(row)] = 1
-        response_mask[i, len(c.prompt_ids):len(row)] = 1
-    with torch.no_grad():
-        logprobs = response_logprobs(model, input_ids, attention_mask, response_mask,
-                                     temperature=temperature)
-    return [logprobs[i, len(c.prompt_ids):len(rows[i])] for i, c in enumerate(completions)]
 
 
 def test_k_completions_per_prompt_in_prompt_order(tiny):
