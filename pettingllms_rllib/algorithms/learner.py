@@ -20,6 +20,32 @@ class ATGRPOTorchLearner(TorchLearner):
     """Clipped token-level GRPO loss per module, AdamW over trainable parameters."""
 
     @override(TorchLearner)
+    def build(self) -> None:
+        self._check_device_memory()
+        super().build()
+
+    def _check_device_memory(self) -> None:
+        """On a GPU learner, refuse a model that cannot fit before any weights are placed, with
+        the estimate in the error instead of an out-of-memory crash mid-run."""
+        from ray.rllib.utils.framework import get_device
+
+        from pettingllms_rllib.models import memory
+
+        device = get_device(self.config, self.config.num_gpus_per_learner)
+        if device.type != "cuda":
+            return
+        try:
+            shape = memory.model_shape(self.config.model_spec_dict)
+        except ValueError:  # an architecture the estimator does not know: nothing to check
+            return
+        if shape is None:
+            return
+        estimate = self.config.learner_memory_estimate(shape, len(self.config.policies))
+        total = memory.available_gpu_bytes(device.index or 0)
+        memory.check_fits(estimate, int(total * min(1.0, float(self.config.num_gpus_per_learner))),
+                          what=f"learner on {device}", hint="see docs/gpu.md")
+
+    @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         params = list(self._module[module_id].trainable_parameters())
         self.register_optimizer(module_id=module_id, optimizer=torch.optim.AdamW(params),

@@ -1,0 +1,114 @@
+"""LLMEnvRunner with engine="vllm", on a recording fake engine (no vLLM, no Ray cluster):
+``set_state`` pushes every module's weights into the engine, and a runner whose engine did not
+take the update refuses to sample."""
+
+import pytest
+import torch
+from ray.rllib.core import COMPONENT_RL_MODULE
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+from toy_env import ToyScoreEnv
+
+from pettingllms_rllib.algorithms import ATGRPOConfig
+from pettingllms_rllib.algorithms.env_runner import LLMEnvRunner
+from pettingllms_rllib.engines.base import Completion
+from pettingllms_rllib.engines.weight_sync import EngineWeightsLagError
+from pettingllms_rllib.envs import register_text_env
+from pettingllms_rllib.experiment import multi_agent_kwargs
+
+AGENTS = ["writer", "reviewer"]
+
+
+class RecordingEngine:
+    """Stands in for VLLMEngine: records sync calls; ``stuck`` ones never finish a sync."""
+
+    def __init__(self, stuck=False):
+        self.stuck = stuck
+        self.weights_version = 0
+        self.calls = []
+
+    def load_adapter(self, module_id, state, lora_kwargs, version):
+        self.calls.append(("adapter", module_id, version, sorted(state)[:1], lora_kwargs["r"]))
+
+    def load_full_weights(self, state):
+        self.calls.append(("full", len(state)))
+
+    def finish_sync(self, version):
+        self.calls.append(("finish", version))
+        if not self.stuck:
+            self.weights_version = version
+
+    def generate(self, model, prompts, num_samples):
+        self.calls.append(("generate", model, len(prompts), num_samples))
+        return [[Completion((1, 2), (3,), (-0.5,), "42", "stop")] * num_samples
+                for _ in prompts]
+
+
+@pytest.fixture
+def make_runner(monkeypatch):
+    register_text_env("toy_score_v0", ToyScoreEnv)
+    monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.vllm_installed", lambda: True)
+
+    def build(*, lora, mapping="per_role", stuck=False):
+        engine = RecordingEngine(stuck=stuck)
+        monkeypatch.setattr(LLMEnvRunner, "_make_vllm_engine", lambda self, tok, sampling: (
+            setattr(self, "_lora_kwargs", {"r": 4} if lora else None) or engine))
+        config = (ATGRPOConfig()
+                  .environment("toy_score_v0", env_config={"max_turns": 1})
+                  .llm(model="tiny-random", engine="vllm", max_new_tokens=4,
+                       lora={"r": 4} if lora else None)
+                  .training(num_branches=2, num_tasks_per_iteration=1)
+                  .multi_agent(**multi_agent_kwargs(mapping, AGENTS)))
+        config.validate_at_grpo()
+        return LLMEnvRunner(config=config), engine
+
+    return build
+
+
+def state(modules, version):
+    return {WEIGHTS_SEQ_NO: version,
+            COMPONENT_RL_MODULE: {m: {"w": torch.zeros(2)} for m in modules}}
+
+
+def test_a_vllm_runner_holds_no_torch_module_only_the_engine(make_runner):
+    runner, engine = make_runner(lora=True)
+    assert runner.module is None and runner.engine is engine
+
+
+def test_set_state_loads_every_modules_adapter_then_finishes_the_sync(make_runner):
+    runner, engine = make_runner(lora=True)
+    runner.set_state(state(["reviewer", "writer"], 1))
+    assert engine.calls == [("adapter", "reviewer", 1, ["w"], 4),
+                            ("adapter", "writer", 1, ["w"], 4), ("finish", 1)]
+    assert runner.weights_version == engine.weights_version == 1
+
+
+def test_each_agent_generates_with_its_own_adapter(make_runner):
+    runner, engine = make_runner(lora=True)
+    runner.set_state(state(["reviewer", "writer"], 1))
+    out = runner.sample(task_seeds=[7])
+    used = {call[1] for call in engine.calls if call[0] == "generate"}
+    assert used == {"writer", "reviewer"} and out["weights_version"] == 1
+
+
+def test_full_finetuning_reloads_the_whole_model_and_generates_with_the_base_name(make_runner):
+    runner, engine = make_runner(lora=False, mapping="shared")
+    runner.set_state(state(["shared"], 2))
+    runner.sample(task_seeds=[7])
+    assert ("full", 1) in engine.calls and ("finish", 2) in engine.calls
+    assert {call[1] for call in engine.calls if call[0] == "generate"} == {None}
+
+
+def test_a_runner_whose_engine_lags_the_learner_refuses_to_sample(make_runner):
+    runner, engine = make_runner(lora=True, stuck=True)
+    runner.set_state(state(["reviewer", "writer"], 3))
+    with pytest.raises(EngineWeightsLagError, match="serves weights version 0 .* version 3"):
+        runner.sample(task_seeds=[7])
+
+
+def test_an_older_state_than_the_served_one_is_ignored(make_runner):
+    runner, engine = make_runner(lora=True)
+    runner.set_state(state(["reviewer", "writer"], 4))
+    engine.calls.clear()
+    runner.set_state(state(["reviewer", "writer"], 2))
+    assert engine.calls == [] and runner.weights_version == 4
