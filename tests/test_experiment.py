@@ -152,7 +152,6 @@ def test_engine_vllm_without_vllm_fails_before_ray_naming_both_installs_and_hf(
 
 
 @pytest.mark.parametrize("override,message", [
-    (["llm.lora=null"], "full fine-tuning serves one model per runner"),
     (["llm.lora={r: 8}", "llm.vllm_gpu_memory_utilization=1.5"], r"in \(0, 1\]"),
     (["llm.lora={r: 8}", "llm.vllm_engine_kwargs=[1]"], "must be a dict"),
 ])

@@ -268,7 +268,7 @@ class ATGRPOConfig(AlgorithmConfig):
                                   f"which is not among the policies {sorted(policies)}")
         self._check_model_available()
         if self.engine == "vllm":
-            self._check_vllm_settings(env.possible_agents)
+            self._check_vllm_settings()
         self._check_gpu_memory(env.possible_agents)
 
     # ------------------------------------------------------------------ GPU memory
@@ -341,13 +341,15 @@ class ATGRPOConfig(AlgorithmConfig):
                               int(gpu_bytes * min(1.0, learner_gpus)),
                               what=f"a learner of {self.llm_model!r}", hint=hint)
         if runner_gpus > 0:
+            # Full fine-tuning serves one model per module (one vLLM engine each), LoRA one base.
+            num_served_models = 1 if self.lora is not None else num_modules
             share = float(self.vllm_gpu_memory_utilization) if self.engine == "vllm" else 1.0
             memory.check_fits(self.engine_memory_estimate(shape, num_modules),
-                              int(gpu_bytes * min(1.0, runner_gpus) * share),
-                              what=f"the {self.engine} engine of an env runner", hint=hint)
+                              int(gpu_bytes * min(1.0, runner_gpus) * share / num_served_models),
+                              what=f"each {self.engine} engine of an env runner", hint=hint)
 
-    def _check_vllm_settings(self, agents) -> None:
-        """engine='vllm': the package is there, and the settings make sense for one engine."""
+    def _check_vllm_settings(self) -> None:
+        """engine='vllm': the package is there, and its settings are in range."""
         from pettingllms_rllib.engines.vllm_engine import (VLLM_INSTALL_HINT,
                                                             VLLMNotAvailableError,
                                                             vllm_installed)
@@ -360,12 +362,6 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.vllm_gpu_memory_utilization}")
         if self.vllm_engine_kwargs is not None and not isinstance(self.vllm_engine_kwargs, dict):
             self._value_error("vllm_engine_kwargs must be a dict of vllm.LLM keyword arguments")
-        modules = {self.policy_mapping_fn(agent, None) for agent in agents}
-        if self.lora is None and len(modules) > 1:
-            self._value_error(
-                f"engine='vllm' with full fine-tuning serves one model per runner, but the "
-                f"mapping uses {len(modules)} modules {sorted(modules)}; use one LoRA adapter "
-                f"per role (.llm(lora={{...}})), one shared policy, or engine='hf'")
 
     def _check_model_available(self) -> None:
         """Fail early, without loading weights, when the configured model cannot be found."""

