@@ -3,7 +3,16 @@
 The maths lives in :func:`pettingllms_rllib.core.loss.clipped_token_loss`; this class only
 wires it to RLlib: per-module configs (so ``algorithm_config_overrides_per_module`` can set a
 different ``lr`` or clip range per role), optimisers over the module's *trainable* parameters
-only (for LoRA: its own adapter), and metrics.
+only (for LoRA: its own adapter), metrics, and data parallelism over several learners.
+
+Several learners (``num_learners > 1``): RLlib would wrap every module in its own DDP. That is
+wrong for one LoRA adapter per role on one shared base (several DDP reducers on one model), and
+it hangs whenever a module is missing from one learner's shard (that learner's reducer never
+fires). So these learners average gradients themselves: after each backward, ONE all-reduce
+(in buckets) over every trainable parameter of the whole MultiRLModule, in the same order on
+every learner, with a presence flag per parameter so a module absent from a learner's shard
+contributes zeros instead of a deadlock; trainable weights are broadcast from rank 0 once at
+build, as DDP does. It does not overlap communication with the backward pass as DDP does.
 """
 
 from __future__ import annotations
@@ -14,6 +23,23 @@ from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.loss import clipped_token_loss
 from pettingllms_rllib.models.rl_modules import TOKEN_LOGP
+
+
+#: Elements per all-reduce when averaging gradients (256 MiB of fp32): bounds the extra memory.
+_ALLREDUCE_BUCKET_ELEMENTS = 1 << 26
+
+
+def _buckets(params: list[torch.nn.Parameter], max_elements: int):
+    """Consecutive groups of parameters of at most ``max_elements`` (or one larger tensor)."""
+    bucket, size = [], 0
+    for param in params:
+        if bucket and size + param.numel() > max_elements:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append(param)
+        size += param.numel()
+    if bucket:
+        yield bucket
 
 
 class ATGRPOTorchLearner(TorchLearner):
@@ -46,6 +72,50 @@ class ATGRPOTorchLearner(TorchLearner):
                           what=f"learner on {device}", hint="see docs/gpu.md")
 
     @override(TorchLearner)
+    def _make_modules_ddp_if_necessary(self) -> None:
+        """No DDP wrappers (see the module docstring); start every learner from rank 0's
+        trainable weights instead."""
+        if self.config.num_learners <= 1:
+            return
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for param in self._trainable_in_order():
+                dist.broadcast(param.data, src=0)
+
+    def _trainable_in_order(self) -> list[torch.nn.Parameter]:
+        """Every module's trainable parameters, in an order identical on every learner."""
+        seen, params = set(), []
+        for module_id in sorted(self._module.keys()):
+            for param in self._module[module_id].trainable_parameters():
+                if id(param) not in seen:
+                    seen.add(id(param))
+                    params.append(param)
+        return params
+
+    def _average_gradients_across_learners(self) -> None:
+        import torch.distributed as dist
+
+        params = self._trainable_in_order()
+        world = dist.get_world_size()
+        present = torch.tensor([float(p.grad is not None) for p in params],
+                               device=params[0].device)
+        dist.all_reduce(present)
+        for bucket in _buckets(params, _ALLREDUCE_BUCKET_ELEMENTS):
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                              .reshape(-1).float() for p in bucket])
+            dist.all_reduce(flat)
+            flat /= world
+            offset = 0
+            for param in bucket:
+                count = param.numel()
+                param.grad = flat[offset:offset + count].view_as(param).to(param.dtype)
+                offset += count
+        for param, seen_anywhere in zip(params, present.tolist()):
+            if seen_anywhere == 0:  # no learner had data for it: leave it untouched
+                param.grad = None
+
+    @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         params = list(self._module[module_id].trainable_parameters())
         self.register_optimizer(module_id=module_id, optimizer=torch.optim.AdamW(params),
@@ -57,10 +127,12 @@ class ATGRPOTorchLearner(TorchLearner):
 
     @override(TorchLearner)
     def compute_gradients(self, loss_per_module, **kwargs):
-        grads = super().compute_gradients(loss_per_module, **kwargs)
+        super().compute_gradients(loss_per_module, **kwargs)
+        if self.config.num_learners > 1:
+            self._average_gradients_across_learners()
         # A module absent from this minibatch has no gradient; TorchLearner.apply_gradients
         # would crash on None (DESIGN.md Sec. 7).
-        return {ref: grad for ref, grad in grads.items() if grad is not None}
+        return {ref: param.grad for ref, param in self._params.items() if param.grad is not None}
 
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):

@@ -63,6 +63,13 @@ class CausalLMRLModule(TorchRLModule):
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.causal_lm.parameters() if p.requires_grad]
 
+    @contextlib.contextmanager
+    def no_sync(self):
+        """RLlib enters DDP's ``no_sync`` around the optimizer step when several learners run.
+        These modules are never DDP-wrapped (``ATGRPOTorchLearner`` averages gradients itself),
+        so there is nothing to suspend."""
+        yield
+
     @override(TorchRLModule)
     def _forward(self, batch, **kwargs):
         self.activate()
