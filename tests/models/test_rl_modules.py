@@ -67,3 +67,21 @@ def test_shared_base_lora_gives_each_module_only_its_own_adapter(checkpointing):
     assert all(p.grad is not None for p in planner.trainable_parameters())
     assert all(p.grad is None for p in tool.trainable_parameters())
     assert set(tool.get_state()) == set(planner.get_state())
+
+
+def test_autocast_computes_in_bf16_while_weights_and_outputs_stay_fp32():
+    def build(autocast):
+        return RLModuleSpec(module_class=CausalLMRLModule, observation_space=SPACE,
+                            action_space=SPACE,
+                            model_config={"model": TINY, "autocast_dtype": autocast}).build()
+
+    plain, autocast = build(None), build("bfloat16")
+    out = autocast.forward_train(_batch())[TOKEN_LOGP]
+    reference = plain.forward_train(_batch())[TOKEN_LOGP]
+    assert out.dtype == torch.float32
+    assert not torch.equal(out, reference)  # really computed in bf16 ...
+    torch.testing.assert_close(out, reference, atol=0.1, rtol=0)  # ... of the same model
+    out.sum().backward()
+    params = list(autocast.causal_lm.parameters())
+    assert all(p.dtype == torch.float32 for p in params)
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in params)
