@@ -74,7 +74,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int, default=2048,
                         help="vLLM max_model_len (prompt + response tokens)")
     parser.add_argument("--kv-cache-gib", type=float, default=1.0, help="vLLM KV cache on CPU")
-    parser.add_argument("--prefix-examples", type=int, default=3,
+    parser.add_argument("--prefix-examples", type=int, default=2,
                         help="worked examples in the shared preamble of the shared-prefix "
                              "workload")
     parser.add_argument("--prefix-workload", action=argparse.BooleanOptionalAction,
@@ -118,6 +118,7 @@ class Round:
     engine: str
     index: int
     seconds: float
+    cpu_seconds: float    # this process's user + system CPU time during the call
     response_tokens: int
     completions: int
     stopped: int          # finish_reason == "stop"
@@ -143,13 +144,15 @@ def summarise_groups(groups, eos_ids: set[int]) -> dict[str, int]:
 
 
 def timed_round(workload, engine_name, index, call, eos_ids) -> tuple[Round, list]:
-    start = time.perf_counter()
+    cpu_start, start = time.process_time(), time.perf_counter()
     groups = call()
-    seconds = time.perf_counter() - start
-    record = Round(workload, engine_name, index, seconds, **summarise_groups(groups, eos_ids))
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    record = Round(workload, engine_name, index, seconds, cpu_seconds,
+                   **summarise_groups(groups, eos_ids))
     print(f"[{time.strftime('%H:%M:%S')}] {workload} round {index} {engine_name}: "
           f"{record.response_tokens} tokens in {seconds:.1f} s "
-          f"({record.tokens_per_s:.1f} tokens/s)", file=sys.stderr, flush=True)
+          f"({record.tokens_per_s:.1f} tokens/s, {cpu_seconds / seconds:.2f} CPUs busy)",
+          file=sys.stderr, flush=True)
     return record, groups
 
 
@@ -174,11 +177,13 @@ def median_rate(rounds: Sequence[Round]) -> float:
 
 
 def format_rounds_table(rounds: Sequence[Round]) -> str:
-    lines = ["| workload | round | engine | response tokens | seconds | tokens/s |",
-             "|---|---:|---|---:|---:|---:|"]
+    lines = ["| workload | round | engine | response tokens | seconds | tokens/s "
+             "| process CPU s / wall s |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for r in rounds:
         lines.append(f"| {r.workload} | {r.index} | {r.engine} | {r.response_tokens} | "
-                     f"{r.seconds:.1f} | {r.tokens_per_s:.1f} |")
+                     f"{r.seconds:.1f} | {r.tokens_per_s:.1f} | "
+                     f"{r.cpu_seconds / r.seconds:.2f} |")
     return "\n".join(lines)
 
 
@@ -269,8 +274,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # Warm-up (not timed): first-call costs (kernel selection, allocator, lazy init).
     warm = prompt_sets["plan-path"][:1]
-    hf.generate(model, warm, args.samples)
-    vl.generate(None, warm, args.samples)
+    for name, call in (("HF", lambda: hf.generate(model, warm, args.samples)),
+                       ("vLLM", lambda: vl.generate(None, warm, args.samples))):
+        start = time.perf_counter()
+        call()
+        print(f"[{time.strftime('%H:%M:%S')}] warm-up {name}: "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
     rounds: list[Round] = []
     same_prompt_ids = True

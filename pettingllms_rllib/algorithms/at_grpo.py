@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -133,13 +135,45 @@ class ATGRPO(Algorithm):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         trained_modules = list(batch.policy_batches)
+        version = int(self.metrics.peek((LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
-                                               policies=trained_modules, inference_only=True)
-        self._synced_weights_version = int(self.metrics.peek(
-            (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
+            if cfg.syncs_full_weights_through_disk:
+                self._sync_weights_through_disk(trained_modules, version)
+            else:
+                self.env_runner_group.sync_weights(
+                    from_worker_or_learner_group=self.learner_group, policies=trained_modules,
+                    inference_only=True)
+        self._synced_weights_version = version
 
     # ------------------------------------------------------------------ helpers
+    def _sync_weights_through_disk(self, module_ids: list[str], version: int) -> None:
+        """Learner 0 publishes the trained full models as files; every runner loads them."""
+        root = self._weights_dir()
+        results = self.learner_group.foreach_learner(
+            lambda learner: learner.publish_full_weights(root, module_ids, version))
+        folders = {}
+        for result in results:
+            folders.update(result.get())
+        group = self.env_runner_group
+        group.foreach_env_runner(lambda runner: runner.load_published_weights(folders, version),
+                                 local_env_runner=group.num_remote_env_runners() == 0)
+
+    def _weights_dir(self) -> str:
+        """This algorithm's own folder under ``vllm_weight_sync_dir``, so trials sharing the
+        directory (a Tune grid) never read each other's weights; removed in ``cleanup``."""
+        if getattr(self, "_own_weights_dir", None) is None:
+            import uuid
+
+            name = f"{self.trial_id or 'algo'}-{uuid.uuid4().hex[:8]}"
+            self._own_weights_dir = str(Path(self.config.vllm_weight_sync_dir) / name)
+        return self._own_weights_dir
+
+    @override(Algorithm)
+    def cleanup(self) -> None:
+        super().cleanup()
+        if getattr(self, "_own_weights_dir", None) is not None:
+            shutil.rmtree(self._own_weights_dir, ignore_errors=True)
+
     def _sample(self) -> list[dict[str, Any]]:
         group = self.env_runner_group
         remote = group.num_remote_env_runners()

@@ -89,6 +89,12 @@ class ATGRPOConfig(AlgorithmConfig):
         self.vllm_enforce_eager = False
         #: vLLM only: further ``vllm.LLM`` keyword arguments, passed through unchanged.
         self.vllm_engine_kwargs = None
+        #: vLLM with full fine-tuning: a directory every learner and env runner can read (a
+        #: local disk on one node, shared storage on a cluster). After each update learner 0
+        #: writes the trained models there as safetensors and the runners load them from it,
+        #: instead of RLlib sending gigabytes of state through Ray's object store. None = the
+        #: object store. Ignored with LoRA (adapters are megabytes).
+        self.vllm_weight_sync_dir = None
         #: Split generation into chunks of at most this many sequences (None = no split).
         self.generation_batch_size = None
         #: Response tokens per chunk of the learner's LM-head pass (bounds logits memory).
@@ -140,7 +146,7 @@ class ATGRPOConfig(AlgorithmConfig):
             logprob_chunk_size=NotProvided, gradient_checkpointing=NotProvided,
             autocast_dtype=NotProvided, gpu_memory_gib=NotProvided,
             vllm_gpu_memory_utilization=NotProvided,
-            vllm_kv_cache_gib=NotProvided,
+            vllm_kv_cache_gib=NotProvided, vllm_weight_sync_dir=NotProvided,
             vllm_max_model_len=NotProvided, vllm_enforce_eager=NotProvided,
             vllm_engine_kwargs=NotProvided) -> "ATGRPOConfig":
         """Model, adapters and sampling (see the attribute comments in ``__init__``)."""
@@ -362,6 +368,15 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.vllm_gpu_memory_utilization}")
         if self.vllm_engine_kwargs is not None and not isinstance(self.vllm_engine_kwargs, dict):
             self._value_error("vllm_engine_kwargs must be a dict of vllm.LLM keyword arguments")
+        if self.vllm_weight_sync_dir is not None and not isinstance(self.vllm_weight_sync_dir,
+                                                                    str):
+            self._value_error("vllm_weight_sync_dir must be a directory path or None")
+
+    @property
+    def syncs_full_weights_through_disk(self) -> bool:
+        """Whether updates reach vLLM runners as files in ``vllm_weight_sync_dir``."""
+        return (self.engine == "vllm" and self.lora is None
+                and self.vllm_weight_sync_dir is not None)
 
     def _check_model_available(self) -> None:
         """Fail early, without loading weights, when the configured model cannot be found."""

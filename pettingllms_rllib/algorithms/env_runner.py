@@ -248,6 +248,18 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         logger.info("env runner %d: engines now serve weights version %d",
                     self.worker_index or 0, version)
 
+    def load_published_weights(self, folders: dict[str, str], version: int) -> int:
+        """Full fine-tuning with ``vllm_weight_sync_dir``: load each module's new model from the
+        folder the learner published, instead of a state sent through Ray's object store."""
+        from pettingllms_rllib.engines.weight_sync import read_full_weights
+
+        if not self.engines or version < self.weights_version:
+            return self.served_weights_version
+        self._sync_engine({module_id: read_full_weights(folder)
+                           for module_id, folder in folders.items()}, version)
+        self.weights_version = version
+        return self.served_weights_version
+
     @override(Checkpointable)
     def get_ctor_args_and_kwargs(self):
         return (), {"config": self.config}

@@ -115,6 +115,20 @@ class ATGRPOTorchLearner(TorchLearner):
             if seen_anywhere == 0:  # no learner had data for it: leave it untouched
                 param.grad = None
 
+    def publish_full_weights(self, root: str, module_ids: list[str],
+                             weights_version: int) -> dict[str, str]:
+        """Write the given modules' full models under ``root`` (learner 0 only: all learners
+        hold the same weights) and return module -> folder (empty on other learners)."""
+        from pettingllms_rllib.engines.weight_sync import publish_full_weights
+
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+            return {}
+        return {module_id: publish_full_weights(self._module[module_id].causal_lm, root,
+                                                module_id, weights_version)
+                for module_id in module_ids}
+
     @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         params = list(self._module[module_id].trainable_parameters())

@@ -10,12 +10,18 @@ neither vLLM nor a GPU, so they are unit-tested everywhere:
   serving the cached, stale weights); the replaced adapter is returned so the caller drops it.
 * :func:`write_lora_adapter`: one adapter's state as a peft adapter folder, the format vLLM loads.
 * :func:`check_engine_version`: the loud failure when an engine lags the learner.
+* :func:`publish_full_weights` / :func:`read_full_weights`: full models handed from the learner to
+  the runners through a directory both can read, instead of through Ray's object store
+  (gigabytes per update for a 1.7B model).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -109,3 +115,62 @@ def check_engine_version(engine_version: int, expected_version: int, *, where: s
         raise EngineWeightsLagError(
             f"{where}: the engine serves weights version {engine_version} but the learner "
             f"synced version {expected_version}; refusing to sample with stale weights")
+
+
+def full_weights_folder(root: str | Path, module_id: str, weights_version: int) -> Path:
+    """Where :func:`publish_full_weights` puts one module's weights of one version."""
+    return Path(root) / module_id / f"v{int(weights_version):08d}"
+
+
+def publish_full_weights(causal_lm, root: str | Path, module_id: str,
+                         weights_version: int) -> str:
+    """Write a module's full model as safetensors under ``root`` and drop its older versions.
+
+    Written into a temporary sibling and renamed into place, so a reader never sees half a
+    checkpoint; older versions are removed only after the new one is complete (every runner
+    finished loading the previous version before this update started).
+    """
+    from safetensors.torch import save_file
+
+    target = full_weights_folder(root, module_id, weights_version)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        save_file(_every_tensor_by_name(causal_lm.state_dict()), str(tmp / "model.safetensors"))
+        if target.exists():  # the same version published again (a retried update)
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in target.parent.iterdir():
+        if old != target and old.name.startswith("v"):
+            shutil.rmtree(old, ignore_errors=True)
+    return str(target)
+
+
+def _every_tensor_by_name(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every state-dict entry under its own name, tied ones included (as separate copies).
+
+    ``save_pretrained`` would drop the tied ``lm_head.weight``; vLLM's CPU backend keeps its own
+    (repacked) copy of it, so an update without it left that copy stale.
+    """
+    tensors, seen = {}, set()
+    for name, value in state.items():
+        tensor = value.detach().cpu()
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        tensors[name] = tensor.clone() if key in seen else tensor.contiguous()
+        seen.add(key)
+    return tensors
+
+
+def read_full_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a published folder (memory-mapped safetensors, HF parameter names)."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors weights in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state

@@ -123,3 +123,17 @@ def test_an_older_state_than_the_served_one_is_ignored(make_runner):
     engine.calls.clear()
     runner.set_state(state(["reviewer", "writer"], 2))
     assert engine.calls == [] and runner.weights_version == 4
+
+
+def test_published_full_weights_are_loaded_from_disk_into_each_modules_engine(
+        make_runner, tmp_path):
+    from pettingllms_rllib.engines.weight_sync import publish_full_weights
+    from pettingllms_rllib.models.loading import load_causal_lm
+
+    runner, engines = make_runner(lora=False, mapping="per_role")
+    model = load_causal_lm("tiny-random")
+    folder = publish_full_weights(model, tmp_path, "writer", 5)
+    assert runner.load_published_weights({"writer": folder}, 5) == 5
+    assert ("full", len(model.state_dict())) in engines["writer"].calls
+    assert all(engine.weights_version == 5 for engine in engines.values())
+    assert runner.weights_version == 5

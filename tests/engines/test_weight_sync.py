@@ -84,3 +84,30 @@ def test_adapter_ranks_round_up_to_the_ranks_vllm_reserves():
     assert [vllm_lora_rank(r) for r in (1, 4, 8, 9, 64)] == [1, 8, 8, 16, 64]
     with pytest.raises(ValueError, match="exceeds"):
         vllm_lora_rank(VLLM_LORA_RANKS[-1] + 1)
+
+
+def test_published_full_weights_read_back_identical_and_only_the_latest_version_stays(tmp_path):
+    from pettingllms_rllib.engines.weight_sync import (full_weights_folder, publish_full_weights,
+                                                       read_full_weights)
+
+    model = load_causal_lm(TINY)
+    first = publish_full_weights(model, tmp_path, "planner", 1)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.add_(1.0)
+    second = publish_full_weights(model, tmp_path, "planner", 2)
+    assert second == str(full_weights_folder(tmp_path, "planner", 2))
+    assert [p.name for p in (tmp_path / "planner").iterdir()] == ["v00000002"]  # no temp left
+    state = read_full_weights(second)
+    expected = model.state_dict()
+    # Every entry under its own name, the tied lm_head included (vLLM's CPU backend needs it).
+    assert state.keys() == expected.keys() and "lm_head.weight" in state
+    for key, value in state.items():
+        assert torch.equal(value, expected[key]), key
+    assert not (tmp_path / "planner" / first.split("/")[-1]).exists()
+
+
+def test_reading_a_folder_without_weights_says_so(tmp_path):
+    from pettingllms_rllib.engines.weight_sync import read_full_weights
+
+    with pytest.raises(FileNotFoundError, match="no .safetensors"):
+        read_full_weights(tmp_path)

@@ -46,13 +46,14 @@ def ray_session():
     ray.shutdown()
 
 
-def vllm_config(mapping: str, *, lora: bool) -> ATGRPOConfig:
+def vllm_config(mapping: str, *, lora: bool, sync_dir=None) -> ATGRPOConfig:
     return (
         ATGRPOConfig()
         .environment("toy_score_v0", env_config={"max_turns": 1})
         .llm(model="tiny-random", tiny_model_config=VLLM_TINY, max_new_tokens=6,
              lora={"r": 4, "lora_alpha": 8} if lora else None, engine="vllm",
-             vllm_enforce_eager=True, vllm_max_model_len=512, vllm_kv_cache_gib=0.25)
+             vllm_enforce_eager=True, vllm_max_model_len=512, vllm_kv_cache_gib=0.25,
+             vllm_weight_sync_dir=None if sync_dir is None else str(sync_dir))
         .training(num_branches=4, num_tasks_per_iteration=3, lr=2e-2)
         .env_runners(num_env_runners=1)
         .multi_agent(**multi_agent_kwargs(mapping, AGENTS))
@@ -72,10 +73,13 @@ def learner_logprobs(algo, module_id, completion):
     return teacher_forced(module.causal_lm, [completion], 1.0, pad_id)[0]
 
 
-@pytest.mark.parametrize("mapping,lora", [("per_role", True), ("per_role", False)],
-                         ids=["lora_adapter_per_role", "full_model_per_role"])
-def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, lora):
-    algo = vllm_config(mapping, lora=lora).build_algo()
+@pytest.mark.parametrize("mapping,lora,disk", [
+    ("per_role", True, False), ("per_role", False, False), ("per_role", False, True)],
+    ids=["lora_adapter_per_role", "full_model_per_role", "full_model_per_role_synced_by_disk"])
+def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, lora, disk,
+                                                                      tmp_path):
+    sync_dir = tmp_path / "weights" if disk else None
+    algo = vllm_config(mapping, lora=lora, sync_dir=sync_dir).build_algo()
     try:
         module_ids = sorted(algo.learner_group._learner.module.keys())
         adapter = (lambda mid: mid) if lora else (lambda mid: None)
@@ -101,7 +105,14 @@ def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, 
                     iteration, mid, engine_logp - expected)
                 scores[mid] = engine_logp
             served.append(scores)
+            if disk:  # updates travelled as files; one version per module is kept
+                (own_dir,) = sync_dir.iterdir()  # this algorithm's folder
+                published = {mid: [p.name for p in (own_dir / mid).iterdir()]
+                             for mid in module_ids if (own_dir / mid).exists()}
+                assert published and all(len(names) == 1 for names in published.values())
         for mid in module_ids:  # training moved what the engine serves, for every module
             assert (served[-1][mid] - served[0][mid]).abs().max() > 10 * TOLERANCE
     finally:
         algo.stop()
+    if disk:
+        assert list(sync_dir.iterdir()) == []  # the algorithm removed its weights on stop
