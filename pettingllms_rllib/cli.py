@@ -2,6 +2,8 @@
 
     pettingllms-rllib train tune_configs/plan_path_cpu.yaml [--set training.lr=3e-5 ...]
                             [--output runs] [--address ray://host:10001] [--resume]
+    pettingllms-rllib eval (--checkpoint CKPT | --base-model NAME --env ID) [--swap-roles]
+                           [--num-tasks 64] [--decoding greedy|sample] [--search] --out DIR
     pettingllms-rllib plot runs/plan_path_cpu
     pettingllms-rllib envs
 
@@ -83,16 +85,85 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from pettingllms_rllib.plotting import plot_experiment
+    from pettingllms_rllib.plotting import plot_runs
 
-    run_dir = Path(args.run_dir)
-    out = Path(args.out) if args.out else run_dir / "learning_curve.png"
+    run_dirs = [Path(d) for d in args.run_dirs]
+    if args.out:
+        out = Path(args.out)
+    elif len(run_dirs) == 1:
+        out = run_dirs[0] / "learning_curve.png"
+    else:
+        out = Path("learning_curves.png")
     try:
-        path = plot_experiment(run_dir, out)
+        path = plot_runs(run_dirs, out, group_by=args.group_by)
     except FileNotFoundError as exc:
         logger.error("%s", exc)
         return 2
-    logger.info("wrote %s", path)
+    logger.info("wrote %s (and %s)", path, path.with_suffix(".json"))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pettingllms_rllib.reporting import build_report
+
+    try:
+        text, files = build_report(args.eval_paths)
+    except (FileNotFoundError, ValueError) as exc:
+        logger.error("%s", exc)
+        return 2
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        logger.info("wrote %s from %d eval file(s)", out, len(files))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import json
+
+    from pettingllms_rllib.evaluation import evaluate as ev
+    from pettingllms_rllib.evaluation.metrics import markdown_table
+    from pettingllms_rllib.envs.registry import make_text_env
+
+    try:
+        env_config = json.loads(args.env_config) if args.env_config else None
+        if args.checkpoint:
+            stored = ev.read_checkpoint_config(args.checkpoint)
+            env_id = args.env or stored["env"]
+            env_config = stored["env_config"] if env_config is None else env_config
+            policies = ev.checkpoint_policies(args.checkpoint)
+            budget = ev.training_budget_of(args.checkpoint)
+            max_new_tokens = args.max_new_tokens or int(stored["max_new_tokens"])
+        else:
+            if not (args.base_model and args.env):
+                raise ValueError("give --checkpoint, or --base-model with --env")
+            env_id, env_config = args.env, env_config or {}
+            agents = make_text_env(env_id, env_config).possible_agents
+            policies = ev.base_policies(args.base_model, agents)
+            budget, max_new_tokens = None, args.max_new_tokens or 64
+        for replacement in args.module or []:
+            module_id, _, donor = replacement.partition("=")
+            if not donor:
+                raise ValueError(f"--module {replacement!r}: expected MODULE=CHECKPOINT")
+            policies = ev.with_module_from(policies, module_id, ev.checkpoint_policies(donor))
+        if args.swap_roles:
+            policies = policies.swapped()
+        settings = ev.EvalSettings(
+            env=env_id, env_config=env_config, num_tasks=args.num_tasks,
+            samples_per_task=args.samples_per_task, decoding=args.decoding,
+            temperature=args.temperature, search=args.search, num_branches=args.num_branches,
+            max_new_tokens=max_new_tokens, seed=args.seed)
+        label = args.label or Path(args.out).name
+        record = ev.run_evaluation(policies, settings, args.out, label=label, arm=args.arm,
+                                   seed=args.train_seed, training_budget=budget)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        logger.error("%s", exc)
+        return 2
+    sys.stdout.write(markdown_table([record]) + "\n")
+    logger.info("wrote %s", Path(args.out) / "eval.json")
     return 0
 
 
@@ -119,10 +190,48 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue an interrupted experiment from its last checkpoints")
     train.set_defaults(func=_train)
-    plot = sub.add_parser("plot", help="draw the learning curve of an experiment folder")
-    plot.add_argument("run_dir")
-    plot.add_argument("--out", help="PNG path (default RUN_DIR/learning_curve.png)")
+    plot = sub.add_parser("plot", help="draw learning curves (mean and min-max over seeds)")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                      help="Tune experiment folder(s), e.g. runs/plan_path_cpu")
+    plot.add_argument("--out", help="PNG path (default RUN_DIR/learning_curve.png for one "
+                                    "folder, ./learning_curves.png for several)")
+    plot.add_argument("--group-by", choices=("arm", "trial", "run_dir"), default="arm",
+                      help="arm: same folder and config apart from the seed (default)")
     plot.set_defaults(func=_plot)
+    report = sub.add_parser("report", help="Markdown comparison table of eval.json records")
+    report.add_argument("eval_paths", nargs="+", metavar="EVAL_PATH",
+                        help="eval.json files or folders searched for them")
+    report.add_argument("--out", help="Markdown file (default: print to stdout)")
+    report.set_defaults(func=_report)
+    evaluation = sub.add_parser("eval", help="evaluate a checkpoint or the base model on the "
+                                             "task's fixed evaluation seeds")
+    evaluation.add_argument("--checkpoint", help="an AT-GRPO checkpoint_* folder")
+    evaluation.add_argument("--base-model", help="evaluate this untrained model instead "
+                                                 "(prompt-only baseline), e.g. smollm2-135m-instruct")
+    evaluation.add_argument("--env", help="text env id (default: the checkpoint's)")
+    evaluation.add_argument("--env-config", help="env kwargs as JSON (default: the checkpoint's)")
+    evaluation.add_argument("--module", action="append", metavar="MODULE=CHECKPOINT",
+                            help="take this module from another checkpoint (repeatable)")
+    evaluation.add_argument("--swap-roles", action="store_true",
+                            help="each role acts with the other role's trained module")
+    evaluation.add_argument("--num-tasks", type=int, default=64,
+                            help="evaluation instances (seeds from 1e9 on; default 64)")
+    evaluation.add_argument("--samples-per-task", type=int, default=1,
+                            help="episodes per instance, for mean@k / pass@k (needs sample)")
+    evaluation.add_argument("--decoding", choices=["greedy", "sample"], default="greedy")
+    evaluation.add_argument("--temperature", type=float, default=1.0)
+    evaluation.add_argument("--search", action="store_true",
+                            help="test-time best-of-K per turn (needs --decoding sample)")
+    evaluation.add_argument("--num-branches", type=int, default=4, help="K with --search")
+    evaluation.add_argument("--max-new-tokens", type=int, default=None,
+                            help="default: the checkpoint's, else 64")
+    evaluation.add_argument("--seed", type=int, default=0, help="sampler seed")
+    evaluation.add_argument("--label", help="row label (default: the --out folder name)")
+    evaluation.add_argument("--arm", help="what is compared; seeds of one arm are aggregated")
+    evaluation.add_argument("--train-seed", type=int, default=None,
+                            help="the training seed of this checkpoint, for the report")
+    evaluation.add_argument("--out", required=True, help="folder for eval.json and episodes.csv")
+    evaluation.set_defaults(func=_eval)
     envs = sub.add_parser("envs", help="list registered text envs and their workflows")
     envs.set_defaults(func=_envs)
     return parser

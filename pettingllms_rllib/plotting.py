@@ -1,80 +1,380 @@
-"""Learning curves from Tune's ``progress.csv`` files: success, per-agent reward, zero-variance.
+"""Learning curves from Tune's ``progress.csv`` files, with seeds of one setting aggregated.
 
-One PNG per experiment folder, one line per trial; also a ``learning_curve.json`` beside it
-with the plotted numbers, so a reader can quote them without reopening the CSVs.
+A single seed says little about an RL method, so trials are grouped into *arms* (the same
+experiment folder and the same config apart from the seed) and each arm is drawn as the mean
+over its seeds with a min-max band: with the 3-5 seeds these runs afford, the band shows every
+seed's curve, where a std band would be an unreliable estimate from so few points. A one-trial
+arm is a plain line.
+
+Five panels: success rate, per-agent episode return, turns per episode, share of zero-variance
+groups (no learning signal), and the learner's policy-vs-behaviour probability ratio per module
+(drift from the sampling policy). Columns a run does not log are skipped. The plotted numbers go
+to a JSON beside the PNG so they can be quoted without reopening the CSVs.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 SUCCESS = "env_runners/success_rate"
+TURNS = "env_runners/episode_turns_mean"
 ZERO_VARIANCE = "at_grpo/zero_variance_group_fraction"
 AGENT_REWARD_PREFIX = "env_runners/agent/"
 AGENT_REWARD_SUFFIX = "/episode_return_mean"
+AGENT_RETURN = re.compile(r"^env_runners/agent/([^/]+)/episode_return_mean$")
+MODULE_RATIO = re.compile(r"^learners/([^/]+)/policy_behaviour_ratio$")
+ALL_MODULES = "__all_modules__"
+GRID_KEY = "__grid__"  # same as pettingllms_rllib.algorithms.config.GRID_KEY (no ray import here)
+BAND = "min-max over seeds"
+GROUP_BY = ("arm", "trial", "run_dir")
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+@dataclass
+class Trial:
+    """One Tune trial folder: its progress rows and its resolved config."""
+
+    run_dir: Path
+    name: str
+    frame: pd.DataFrame
+    params: dict[str, Any] | None
+    seed: Any = None
+    config: dict[str, Any] = field(default_factory=dict)  # params with the grid applied, no seed
+
+
+# ---------------------------------------------------------------------------------- loading
+def _read_progress(csv: Path) -> pd.DataFrame | None:
+    try:
+        frame = pd.read_csv(csv)
+    except pd.errors.EmptyDataError:
+        return None
+    if not len(frame) or "training_iteration" not in frame:
+        return None
+    # A resumed trial can log an iteration twice; the later row is the one that counts.
+    frame = frame.dropna(subset=["training_iteration"])
+    frame = frame.drop_duplicates("training_iteration", keep="last")
+    return frame.sort_values("training_iteration").reset_index(drop=True)
+
+
+def _read_params(trial_dir: Path) -> dict[str, Any] | None:
+    try:
+        params = json.loads((trial_dir / "params.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return params if isinstance(params, dict) else None
+
+
+def split_seed(params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(seed, config without it), with a Tune grid point applied first.
+
+    Why: seeds of one setting must compare equal. RLlib stores ``debugging(seed=...)`` as the
+    top-level ``seed``; a YAML ``grid`` puts the varying keys (the seed too, if it is varied)
+    under ``__grid__``, which the algorithm merges over the base config, so do the same here.
+    A nested ``debugging.seed`` is also removed in case a config was stored by section.
+    """
+    config = copy.deepcopy(params)
+    config.update(config.pop(GRID_KEY, None) or {})
+    seed = config.pop("seed", None)
+    debugging = config.get("debugging")
+    if isinstance(debugging, dict) and "seed" in debugging:
+        nested = debugging.pop("seed")
+        seed = nested if seed is None else seed
+    return seed, config
+
+
+def load_run_trials(run_dir: str | Path) -> list[Trial]:
+    """Every trial with at least one progress row under ``run_dir`` (or ``run_dir`` itself
+    when it is a trial folder, so one trial can be plotted on its own)."""
+    run_dir = Path(run_dir)
+    if (run_dir / "progress.csv").is_file():
+        csvs, owner = [run_dir / "progress.csv"], run_dir.parent
+    else:
+        csvs, owner = sorted(run_dir.glob("*/progress.csv")), run_dir
+    trials = []
+    for csv in csvs:
+        frame = _read_progress(csv)
+        if frame is None:
+            continue
+        params = _read_params(csv.parent)
+        seed, config = split_seed(params) if params is not None else (None, {})
+        trials.append(Trial(run_dir=owner, name=csv.parent.name, frame=frame, params=params,
+                            seed=seed, config=config))
+    return trials
 
 
 def load_trials(run_dir: Path) -> dict[str, pd.DataFrame]:
     """Trial name -> its progress dataframe (trials without rows are skipped)."""
-    trials = {}
-    for csv in sorted(Path(run_dir).glob("*/progress.csv")):
-        try:
-            frame = pd.read_csv(csv)
-        except pd.errors.EmptyDataError:
-            continue
-        if len(frame) and "training_iteration" in frame:
-            trials[csv.parent.name] = frame
-    return trials
+    return {trial.name: trial.frame for trial in load_run_trials(run_dir)}
 
 
-def _short(name: str) -> str:
-    parts = name.split("_")
-    return "_".join(parts[:3]) if len(parts) > 3 else name
+# ---------------------------------------------------------------------------------- grouping
+def _canonical(config: dict[str, Any]) -> str:
+    # Object reprs may carry memory addresses that differ between otherwise equal trials.
+    return _ADDRESS.sub("", json.dumps(config, sort_keys=True, default=str))
 
 
-def plot_experiment(run_dir: str | Path, out_path: str | Path) -> Path:
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _value_text(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return _ADDRESS.sub("", text)
+
+
+def _short_value(value: Any, limit: int = 32) -> str:
+    text = _value_text(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _arm_labels(run_name: str, configs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Name arms of one run folder by the config keys that tell them apart."""
+    if len(configs) == 1:
+        return {key: run_name for key in configs}
+    flats = {key: _flatten(config) for key, config in configs.items()}
+    keys = sorted({k for flat in flats.values() for k in flat})
+    differing = [k for k in keys
+                 if len({_value_text(f[k]) if k in f else "<unset>" for f in flats.values()}) > 1]
+    labels = {}
+    for key, flat in flats.items():
+        parts = [f"{k}={_short_value(flat[k]) if k in flat else '<unset>'}" for k in differing[:4]]
+        if len(differing) > 4:
+            parts.append(f"+{len(differing) - 4} keys")
+        labels[key] = f"{run_name}: {', '.join(parts)}"
+    return labels
+
+
+def group_trials(trials: Sequence[Trial],
+                 group_by: str | Callable[[Trial], str] = "arm") -> dict[str, list[Trial]]:
+    """Arm label -> its trials, in the order the arms first appear.
+
+    ``"arm"`` (default): same run folder and same config apart from the seed; a trial without
+    a readable ``params.json`` is its own arm, since nothing shows it shares a setting.
+    ``"trial"``: every trial alone. ``"run_dir"``: every trial of a run folder together.
+    A callable maps a :class:`Trial` to its arm label.
+    """
+    if callable(group_by):
+        groups: dict[str, list[Trial]] = {}
+        for trial in trials:
+            groups.setdefault(str(group_by(trial)), []).append(trial)
+        return groups
+    if group_by not in GROUP_BY:
+        raise ValueError(f"group_by must be one of {GROUP_BY} or a callable, got {group_by!r}")
+    keyed: dict[tuple[str, str], list[Trial]] = {}
+    for trial in trials:
+        run = str(trial.run_dir.resolve())
+        if group_by == "trial" or (group_by == "arm" and trial.params is None):
+            key = (run, "trial:" + trial.name)
+        elif group_by == "run_dir":
+            key = (run, "")
+        else:
+            key = (run, _canonical(trial.config))
+        keyed.setdefault(key, []).append(trial)
+    # Labels: run folder name, plus the differing keys when a folder holds several arms.
+    by_run: dict[str, dict[str, dict[str, Any]]] = {}
+    for (run, sub), members in keyed.items():
+        by_run.setdefault(run, {})[sub] = members[0].config
+    run_names = {run: Path(run).name for run in by_run}
+    if len(set(run_names.values())) < len(run_names):  # same folder name under two parents
+        run_names = {run: f"{Path(run).parent.name}/{Path(run).name}" for run in by_run}
+    labels: dict[tuple[str, str], str] = {}
+    for run, configs in by_run.items():
+        alone = {sub for sub in configs if sub.startswith("trial:")}
+        for sub in alone:
+            labels[(run, sub)] = f"{run_names[run]}: {sub[len('trial:'):]}"
+        rest = {sub: config for sub, config in configs.items() if sub not in alone}
+        for sub, label in (_arm_labels(run_names[run], rest) if rest else {}).items():
+            labels[(run, sub)] = label
+    groups = {}
+    for key, members in keyed.items():
+        label, n = labels[key], 2
+        while label in groups:  # never merge two arms through a label clash
+            label, n = f"{labels[key]} #{n}", n + 1
+        groups[label] = members
+    return groups
+
+
+# ------------------------------------------------------------------------------ aggregation
+def aggregate(trials: Sequence[Trial], column: str) -> dict[str, list] | None:
+    """Per training iteration: mean, min, max, sample std (null below 2 values) and n over
+    the trials that logged ``column`` there; None when no trial has a value."""
+    series = [t.frame.set_index("training_iteration")[column] for t in trials
+              if column in t.frame]
+    series = [s.dropna() for s in series]
+    series = [s for s in series if len(s)]
+    if not series:
+        return None
+    table = pd.concat(series, axis=1)
+    values = table.to_numpy(dtype=float)
+    n = (~np.isnan(values)).sum(axis=1)
+    out: dict[str, list] = {"training_iteration": [int(i) for i in table.index],
+                            "mean": [], "min": [], "max": [], "std": [], "n": n.tolist()}
+    for row, count in zip(values, n):
+        row = row[~np.isnan(row)]
+        out["mean"].append(round(float(row.mean()), 6) + 0.0)  # no -0.0 in the JSON
+        out["min"].append(round(float(row.min()), 6))
+        out["max"].append(round(float(row.max()), 6))
+        out["std"].append(round(float(row.std(ddof=1)), 6) if count > 1 else None)
+    return out
+
+
+def _columns(trials: Sequence[Trial], pattern: re.Pattern) -> dict[str, str]:
+    found = {}
+    for trial in trials:
+        for column in trial.frame.columns:
+            match = pattern.match(column)
+            if match and match.group(1) != ALL_MODULES:
+                found.setdefault(match.group(1), column)
+    return dict(sorted(found.items()))
+
+
+def _panel_series(trials: Sequence[Trial]) -> list[tuple[int, str, str]]:
+    """(panel, series name, column) for every plotted quantity this arm has."""
+    series = [(0, "success_rate", SUCCESS)]
+    series += [(1, f"{agent}/episode_return_mean", column)
+               for agent, column in _columns(trials, AGENT_RETURN).items()]
+    series.append((2, "episode_turns_mean", TURNS))
+    series.append((3, "zero_variance_group_fraction", ZERO_VARIANCE))
+    series += [(4, f"{module}/policy_behaviour_ratio", column)
+               for module, column in _columns(trials, MODULE_RATIO).items()]
+    return series
+
+
+PANELS = ("success rate", "per-agent episode return", "turns per episode",
+          "zero-variance group share", "policy / behaviour prob ratio (per module)")
+
+
+# ------------------------------------------------------------------------------------ plot
+def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
+              group_by: str | Callable[[Trial], str] = "arm") -> Path:
+    """Draw the learning curves of every trial under ``run_dirs`` into ``out_path`` (PNG).
+
+    Trials are grouped into arms by ``group_by`` (see :func:`group_trials`); an arm with
+    several trials is its mean with a min-max band, one trial is a plain line. Beside the PNG,
+    ``<out>.json`` maps arm label -> ``training_iteration``, the plotted means per series
+    (``success_rate``, ``<agent>/episode_return_mean``, ``episode_turns_mean``,
+    ``zero_variance_group_fraction``, ``<module>/policy_behaviour_ratio``; each aligned to
+    that arm's iterations, null where no seed logged it), ``spread`` (min, max, std, n per
+    iteration for each series), ``trials``, ``seeds`` and ``band``.
+    Raises FileNotFoundError naming the folders when none holds a trial with progress rows.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run_dir, out_path = Path(run_dir), Path(out_path)
-    trials = load_trials(run_dir)
+    run_dirs = [Path(d) for d in run_dirs]
+    out_path = Path(out_path)
+    trials = [trial for run_dir in run_dirs for trial in load_run_trials(run_dir)]
     if not trials:
-        raise FileNotFoundError(f"no trial progress.csv under {run_dir}")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    summary = {}
-    for name, frame in trials.items():
-        label = _short(name)
-        it = frame["training_iteration"]
-        summary[name] = {"training_iteration": it.tolist()}
-        if SUCCESS in frame:
-            axes[0].plot(it, frame[SUCCESS], marker="o", label=label)
-            summary[name]["success_rate"] = frame[SUCCESS].round(4).tolist()
-        for column in frame.columns:
-            if column.startswith(AGENT_REWARD_PREFIX) and column.endswith(AGENT_REWARD_SUFFIX):
-                agent = column[len(AGENT_REWARD_PREFIX):-len(AGENT_REWARD_SUFFIX)]
-                axes[1].plot(it, frame[column], marker=".", label=f"{label}: {agent}")
-                summary[name][f"{agent}_return"] = frame[column].round(4).tolist()
-        if ZERO_VARIANCE in frame:
-            axes[2].plot(it, frame[ZERO_VARIANCE], marker="s", label=label)
-            summary[name]["zero_variance_group_fraction"] = frame[ZERO_VARIANCE].round(4).tolist()
-    titles = ("success rate (greedy path)", "per-agent episode return",
-              "zero-variance group fraction")
-    for ax, title in zip(axes, titles):
-        ax.set_title(title)
+        raise FileNotFoundError(
+            "no trial with rows in progress.csv under " + ", ".join(str(d) for d in run_dirs))
+    arms = group_trials(trials, group_by)
+
+    fig, axes = plt.subplots(2, 3, figsize=(17, 8.5))
+    axes = axes.ravel()
+    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    styles = ("-", "--", ":", "-.")
+    # One linestyle per agent / module across all arms, so a style means the same everywhere.
+    style_of = {(panel, name): styles[i % len(styles)]
+                for panel, pattern in ((1, AGENT_RETURN), (4, MODULE_RATIO))
+                for i, name in enumerate(_columns(trials, pattern))}
+    summary: dict[str, Any] = {}
+    drawn = [False] * len(PANELS)
+    legend_handles = []
+    for index, (label, members) in enumerate(arms.items()):
+        color = colors[index % len(colors)]
+        iterations = sorted({int(i) for t in members for i in t.frame["training_iteration"]})
+        entry: dict[str, Any] = {"training_iteration": iterations}
+        spread: dict[str, Any] = {}
+        for panel, name, column in _panel_series(members):
+            stats = aggregate(members, column)
+            if stats is None:
+                continue
+            ax = axes[panel]
+            sub = name.split("/")[0] if panel in (1, 4) else None
+            style = style_of.get((panel, sub), "-")
+            line_label = f"{label}: {sub}" if sub else label
+            x = stats["training_iteration"]
+            if len(members) > 1:
+                ax.fill_between(x, stats["min"], stats["max"], color=color, alpha=0.18,
+                                linewidth=0)
+            ax.plot(x, stats["mean"], color=color, linestyle=style, marker="o", markersize=3,
+                    label=line_label)
+            drawn[panel] = True
+            by_iteration = dict(zip(x, range(len(x))))
+            entry[name] = [stats["mean"][by_iteration[i]] if i in by_iteration else None
+                           for i in iterations]
+            spread[name] = {key: [stats[key][by_iteration[i]] if i in by_iteration else None
+                                  for i in iterations]
+                            for key in ("min", "max", "std", "n")}
+        seeds = [t.seed for t in members]
+        entry.update(spread=spread, trials=[t.name for t in members], seeds=seeds,
+                     run_dir=str(members[0].run_dir),
+                     band=BAND if len(members) > 1 else "none (single trial)")
+        summary[label] = entry
+        legend_handles.append(plt.Line2D([], [], color=color, marker="o",
+                                         label=f"{label} (n={len(members)})"))
+
+    for ax, title, has_data in zip(axes, PANELS, drawn):
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("training iteration")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0].set_ylim(-0.05, 1.05)
-    axes[2].set_ylim(-0.05, 1.05)
-    fig.suptitle(f"AT-GRPO: {run_dir.name}")
+        if has_data:
+            if title in (PANELS[1], PANELS[4]):
+                ax.legend(fontsize=6)
+        else:
+            ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center",
+                    transform=ax.transAxes, color="grey")
+    for panel in (0, 3):
+        axes[panel].set_ylim(-0.05, 1.05)
+    key_ax = axes[5]
+    key_ax.axis("off")
+    key_ax.legend(handles=legend_handles, loc="upper left", fontsize=7, title="arms",
+                  title_fontsize=8, frameon=False)
+    key_ax.text(0.0, 0.0, f"line: mean over an arm's seeds\nband: {BAND}\n"
+                          "linestyle: agent / module", transform=key_ax.transAxes, fontsize=8,
+                va="bottom")
+    names = ", ".join(d.name for d in run_dirs)
+    fig.suptitle(f"AT-GRPO: {names}  (mean over seeds, band = {BAND})")
     fig.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
-    out_path.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    out_path.with_suffix(".json").write_text(json.dumps(_json_safe(summary), indent=1))
     return out_path
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return _json_safe(float(value))
+    return value
+
+
+def plot_experiment(run_dir: str | Path, out_path: str | Path) -> Path:
+    """One experiment folder (what ``train`` writes at the end): :func:`plot_runs` on it."""
+    return plot_runs([run_dir], out_path)

@@ -110,7 +110,9 @@ class ATGRPO(Algorithm):
                                   [r.agent for r in records], cfg.advantage_config)
         for record, advantage in zip(records, result.advantages):
             record.advantage = float(advantage)
-        trained = [r for r, keep in zip(records, result.keep) if keep]
+        frozen = set(cfg.frozen_modules or [])
+        trained = [r for r, keep in zip(records, result.keep)
+                   if keep and r.module_id not in frozen]
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs))
         self.metrics.log_dict({
             (AT_GRPO_RESULTS, "num_groups"): result.num_groups,
@@ -218,8 +220,10 @@ class ATGRPO(Algorithm):
         log((key, "episode_return_mean"),
             float(np.mean([sum(e.agent_return.values()) for e in episodes])), window=1)
         log((key, "num_samples"), len(records), window=1)
-        log((key, "num_generated_tokens"), sum(r.num_response_tokens for r in records),
-            reduce="sum", clear_on_reduce=True)
+        generated = sum(r.num_response_tokens for r in records)
+        log((key, "num_generated_tokens"), generated, reduce="sum", clear_on_reduce=True)
+        # The training budget, for matching arms by generated tokens (a Tune stop criterion).
+        log((key, "num_generated_tokens_lifetime"), generated, reduce="lifetime_sum")
         by_agent: dict[str, list[SampleRecord]] = defaultdict(list)
         for record in records:
             by_agent[record.agent].append(record)

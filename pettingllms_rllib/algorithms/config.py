@@ -30,6 +30,7 @@ from pettingllms_rllib.engines.base import SamplingConfig
 logger = logging.getLogger(__name__)
 
 ENGINES = ("hf", "vllm")
+ROLLOUTS = ("tree", "trajectories")
 AUTOCAST_DTYPES = (None, "bfloat16", "float16")
 #: Key under which a Tune grid over whole configs is resolved (see ``experiment.py``).
 GRID_KEY = "__grid__"
@@ -112,14 +113,23 @@ class ATGRPOConfig(AlgorithmConfig):
         self.autocast_dtype = None
 
         # --- .training(): AT-GRPO
-        #: K, candidates branched per (task, agent, turn).
+        #: K, candidates branched per (task, agent, turn) (with rollout="trajectories": K
+        #: independent trajectories per task).
         self.num_branches = 4
+        #: "tree": AT-GRPO's tree sampling, groups keyed by (task, agent, turn). "trajectories":
+        #: the vanilla multi-agent GRPO baseline, K independent trajectories per task, each
+        #: response rewarded with its agent's trajectory return, ONE group per task
+        #: (``core/trajectory_sampler.py``).
+        self.rollout = "tree"
         #: Task instances (tree roots) per training iteration, split across env runners.
         self.num_tasks_per_iteration = 8
         #: "std" (GRPO) or "mean" (Dr. GRPO) advantage normalisation.
         self.advantage_normalization = "std"
         #: "group" or "agent" (Dr. MAS-style per-agent scale).
         self.advantage_scale_scope = "group"
+        #: Modules that act but are never trained (ablation: train one role alone against the
+        #: other's frozen base). None = train every module.
+        self.frozen_modules = None
         #: Drop zero-variance groups from the batch (DAPO) instead of training with A = 0.
         self.drop_zero_variance_groups = False
         #: Epsilon added to the std in the advantage.
@@ -156,7 +166,8 @@ class ATGRPOConfig(AlgorithmConfig):
         return self
 
     @override(AlgorithmConfig)
-    def training(self, *, num_branches=NotProvided, num_tasks_per_iteration=NotProvided,
+    def training(self, *, num_branches=NotProvided, rollout=NotProvided,
+                 num_tasks_per_iteration=NotProvided, frozen_modules=NotProvided,
                  advantage_normalization=NotProvided, advantage_scale_scope=NotProvided,
                  drop_zero_variance_groups=NotProvided, advantage_eps=NotProvided,
                  clip_eps_low=NotProvided, clip_eps_high=NotProvided, dual_clip=NotProvided,
@@ -241,6 +252,8 @@ class ATGRPOConfig(AlgorithmConfig):
         if int(self.num_tasks_per_iteration) < 1:
             self._value_error(f"num_tasks_per_iteration must be >= 1, "
                               f"got {self.num_tasks_per_iteration}")
+        if self.rollout not in ROLLOUTS:
+            self._value_error(f"rollout={self.rollout!r}; accepted: {ROLLOUTS}")
         if self.engine not in ENGINES:
             self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
         for field in ("num_gpus_per_env_runner", "num_gpus_per_learner"):
@@ -267,6 +280,12 @@ class ATGRPOConfig(AlgorithmConfig):
         except ValueError as exc:
             self._value_error(str(exc))
         policies = set(self.policies or {})
+        frozen = set(self.frozen_modules or [])
+        if not frozen <= policies:
+            self._value_error(f"frozen_modules {sorted(frozen - policies)} are not among the "
+                              f"policies {sorted(policies)}")
+        if policies and frozen == policies:
+            self._value_error("every module is frozen: nothing would train")
         for agent in env.possible_agents:
             module_id = self.policy_mapping_fn(agent, None)
             if module_id not in policies:

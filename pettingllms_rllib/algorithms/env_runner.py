@@ -33,6 +33,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
+from pettingllms_rllib.core.trajectory_sampler import TrajectorySampler
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
 from pettingllms_rllib.engines.weight_sync import check_engine_version
@@ -186,8 +187,12 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             env = self.env.clone()
             env.reset(seed=int(seed))
             roots[f"{self.config.env}/seed={seed}"] = env
-        sampler = TreeSampler(self._generate, self.module_for_agent,
-                              num_branches=int(self.config.num_branches))
+        if self.config.rollout == "trajectories":  # the vanilla-GRPO baseline
+            sampler = TrajectorySampler(self._generate, self.module_for_agent,
+                                        num_trajectories=int(self.config.num_branches))
+        else:
+            sampler = TreeSampler(self._generate, self.module_for_agent,
+                                  num_branches=int(self.config.num_branches))
         with torch.no_grad():
             result = sampler.run(roots, weights_version=self.served_weights_version)
         steps = sum(e.num_stages for e in result.episodes)

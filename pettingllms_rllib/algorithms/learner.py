@@ -115,6 +115,14 @@ class ATGRPOTorchLearner(TorchLearner):
             if seen_anywhere == 0:  # no learner had data for it: leave it untouched
                 param.grad = None
 
+    @override(TorchLearner)
+    def after_gradient_based_update(self, *, timesteps) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)
+        if self._device is not None and self._device.type == "cuda":
+            # Hand the update's cached activation blocks back to the device, so a colocated
+            # engine (same GPU, same or another process) can use them until the next update.
+            torch.cuda.empty_cache()
+
     def publish_full_weights(self, root: str, module_ids: list[str],
                              weights_version: int) -> dict[str, str]:
         """Write the given modules' full models under ``root`` (learner 0 only: all learners

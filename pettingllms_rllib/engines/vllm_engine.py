@@ -153,7 +153,8 @@ class VLLMEngine:
     def _sampling_params(self, num_samples: int, **overrides):
         from vllm import SamplingParams
 
-        fields = dict(n=num_samples, temperature=self.sampling.temperature, top_p=1.0, top_k=0,
+        temperature = 0.0 if self.sampling.greedy else self.sampling.temperature  # 0 = greedy
+        fields = dict(n=num_samples, temperature=temperature, top_p=1.0, top_k=0,
                       min_p=0.0, max_tokens=self.sampling.max_new_tokens, logprobs=0,
                       skip_special_tokens=True)
         fields.update(overrides)

@@ -120,9 +120,20 @@ def test_parallel_stage_holds_other_agents_at_their_reference_answer():
     assert Counter(r.agent for r in result.records) == {"adder": 3, "checker": 3}
 
 
-def test_k_below_two_is_rejected():
+def test_k_below_one_is_rejected():
     with pytest.raises(ValueError, match="num_branches"):
-        TreeSampler(lambda *a: [], lambda a: "m", num_branches=1)
+        TreeSampler(lambda *a: [], lambda a: "m", num_branches=0)
+
+
+def test_k_of_one_is_a_plain_rollout_that_counts_every_action():
+    """Evaluation without test-time search: one sample per agent per turn, each continues."""
+    engine = ScriptedEngine({"adder": ["\x00garbage"], "checker": ["1"]})
+    result = TreeSampler(engine, lambda a: "m", num_branches=1).run(
+        _roots(1, max_turns=2, target=100))
+    assert all(r.selected and r.branch == 0 for r in result.records)
+    episode = result.episodes[0]
+    assert episode.agent_actions == {"adder": 2, "checker": 2}
+    assert episode.parse_errors == {"adder": 2, "checker": 0}
 
 
 def test_engine_returning_wrong_sample_count_fails_loudly():

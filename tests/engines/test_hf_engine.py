@@ -194,3 +194,17 @@ def test_sampler_follows_the_tempered_softmax():
     assert frequencies[3] == 0
     torch.testing.assert_close(logprobs, torch.log_softmax(logits / 0.8, dim=-1)[
         torch.arange(len(tokens)), tokens])
+
+
+def test_greedy_decoding_is_deterministic_and_picks_the_most_likely_tokens(tiny):
+    model, tokenizer = tiny
+    greedy = HFEngine(tokenizer, SamplingConfig(max_new_tokens=6, greedy=True, seed=None))
+    first = greedy.generate(model, PROMPTS[:2], num_samples=2)
+    second = greedy.generate(model, PROMPTS[:2], num_samples=2)
+    for group_a, group_b in zip(first, second):
+        assert len({c.response_ids for c in group_a + group_b}) == 1  # no randomness at all
+    completion = first[0][0]
+    ids = torch.tensor([list(completion.prompt_ids) + list(completion.response_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(completion.prompt_ids) - 1:-1]
+    assert completion.response_ids[:len(logits)] == tuple(logits.argmax(-1).tolist())

@@ -1,0 +1,1 @@
+"""Evaluation of trained (or untrained) agent teams: pure metrics in ``metrics``, no heavy imports."""

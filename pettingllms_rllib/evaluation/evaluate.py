@@ -1,0 +1,300 @@
+"""Evaluate a team of LLM agents on a task's fixed evaluation set.
+
+The evaluation set is seeds ``TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 1, ...``: instances no
+training run ever draws (runners draw seeds below the limit, and every task splits its instances
+by :func:`~pettingllms_rllib.envs.base.split_of_seed`), identical for every policy evaluated.
+
+One episode per (task, sample): each agent generates with its module (through the same
+``policy_mapping_fn`` idea as training) and the env scores it. Two switches matter for fair
+comparisons (arXiv 2510.11062, review discussion):
+
+* ``search``: test-time best-of-K per turn (the tree sampler's greedy continuation, K branches
+  scored on env copies) on or off; off is a plain rollout (K = 1).
+* ``decoding``: greedy (deterministic; one sample per task) or sampling at a temperature
+  (several samples per task give mean@k and pass@k).
+
+Policies come from an AT-GRPO checkpoint (its modules and mapping) or from the untrained base
+model (the prompt-only baseline); the role swap loads each trained module into the other role's
+seat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
+from pettingllms_rllib.engines.base import SamplingConfig
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
+from pettingllms_rllib.envs.registry import make_text_env
+
+logger = logging.getLogger(__name__)
+
+DECODINGS = ("greedy", "sample")
+
+
+class RoleMismatchError(ValueError):
+    """The policies were trained for other roles than the task's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """What to evaluate on and how (every field is recorded with the results).
+
+    Attributes:
+        env: registered text env id.
+        env_config: its keyword arguments (as in training).
+        num_tasks: evaluation instances, seeds ``first_seed .. first_seed + num_tasks - 1``.
+        samples_per_task: episodes per instance (> 1 needs ``decoding="sample"``).
+        decoding: "greedy" or "sample".
+        temperature: sampling temperature (and the temperature of reported log-probs).
+        search: best-of-K per turn at test time (needs ``decoding="sample"``).
+        num_branches: K when ``search`` is on.
+        max_new_tokens: response cap per turn.
+        seed: seed of the sampler.
+        first_seed: first evaluation seed; at least ``TRAIN_SEED_LIMIT`` so no training instance
+            is ever evaluated.
+    """
+
+    env: str
+    env_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    num_tasks: int = 32
+    samples_per_task: int = 1
+    decoding: str = "greedy"
+    temperature: float = 1.0
+    search: bool = False
+    num_branches: int = 4
+    max_new_tokens: int = 64
+    seed: int = 0
+    first_seed: int = TRAIN_SEED_LIMIT
+
+    def __post_init__(self):
+        if self.decoding not in DECODINGS:
+            raise ValueError(f"decoding={self.decoding!r}; accepted: {DECODINGS}")
+        if self.num_tasks < 1:
+            raise ValueError(f"num_tasks must be >= 1 (an empty evaluation set is an error, "
+                             f"not a 0% result), got {self.num_tasks}")
+        if self.samples_per_task < 1:
+            raise ValueError(f"samples_per_task must be >= 1, got {self.samples_per_task}")
+        if self.decoding == "greedy" and self.samples_per_task > 1:
+            raise ValueError("greedy decoding gives identical samples; use samples_per_task=1 "
+                             "or decoding='sample'")
+        if self.search and self.decoding == "greedy":
+            raise ValueError("test-time search needs K different candidates: use "
+                             "decoding='sample' with search=True")
+        if self.search and self.num_branches < 2:
+            raise ValueError(f"search needs num_branches >= 2, got {self.num_branches}")
+        if self.first_seed < TRAIN_SEED_LIMIT:
+            raise ValueError(f"first_seed={self.first_seed} would evaluate on training "
+                             f"instances; evaluation seeds start at {TRAIN_SEED_LIMIT}")
+
+    @property
+    def eval_seeds(self) -> list[int]:
+        return list(range(self.first_seed, self.first_seed + self.num_tasks))
+
+
+@dataclasses.dataclass
+class Policies:
+    """The modules that act and which agent uses which (module id -> causal LM)."""
+
+    modules: dict[str, Any]
+    mapping: dict[str, str]
+    tokenizer: Any
+    source: str
+    model: str
+    temperature_trained: float | None = None
+
+    def check_roles(self, agents) -> None:
+        """Refuse a task whose roles are not the ones these policies were trained for."""
+        if set(agents) != set(self.mapping):
+            raise RoleMismatchError(
+                f"the policies from {self.source} were trained for roles "
+                f"{sorted(self.mapping)} but the task's roles are {sorted(agents)}")
+
+    def swapped(self) -> "Policies":
+        """The role swap: each of the two roles acts with the other role's module."""
+        return dataclasses.replace(self, mapping=swap_mapping(self.mapping),
+                                   source=f"{self.source} (roles swapped)")
+
+
+def with_module_from(policies: Policies, module_id: str, donor: Policies) -> Policies:
+    """``policies`` with module ``module_id`` taken from ``donor`` (e.g. the planner trained in
+    one run, the tool in another: the "each role trained alone, then together" ablation)."""
+    if module_id not in policies.modules:
+        raise KeyError(f"no module {module_id!r} to replace; modules: {sorted(policies.modules)}")
+    if module_id not in donor.modules:
+        raise KeyError(f"{donor.source} has no module {module_id!r}; it has "
+                       f"{sorted(donor.modules)}")
+    if donor.model != policies.model:
+        raise ValueError(f"cannot combine modules of different base models "
+                         f"({policies.model!r} and {donor.model!r}): they share one tokenizer")
+    modules = {**policies.modules, module_id: donor.modules[module_id]}
+    return dataclasses.replace(policies, modules=modules,
+                               source=f"{policies.source} + {module_id} from {donor.source}")
+
+
+def swap_mapping(mapping: Mapping[str, str]) -> dict[str, str]:
+    """``{a: A, b: B}`` -> ``{a: B, b: A}`` (pure helper, used by :meth:`Policies.swapped`)."""
+    if len(mapping) != 2:
+        raise ValueError(f"the role swap needs exactly two roles, got {sorted(mapping)}")
+    (role_a, module_a), (role_b, module_b) = sorted(mapping.items())
+    return {role_a: module_b, role_b: module_a}
+
+
+def base_policies(model: str | Mapping[str, Any], agents, *,
+                  tiny_model_config: Mapping[str, Any] | None = None) -> Policies:
+    """The untrained base model acting for every agent (the prompt-only baseline)."""
+    from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm, load_tokenizer
+
+    spec = ModelSpec.coerce(model if tiny_model_config is None else
+                            {"name_or_path": model, "tiny_config": dict(tiny_model_config)})
+    return Policies(modules={"base": load_causal_lm(spec)}, mapping={a: "base" for a in agents},
+                    tokenizer=load_tokenizer(spec), source=f"base model {spec.name_or_path}",
+                    model=spec.name_or_path)
+
+
+def read_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The AT-GRPO config dict stored in an algorithm checkpoint (no Ray cluster needed)."""
+    path = Path(checkpoint) / "class_and_ctor_args.pkl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{checkpoint} is not an AT-GRPO algorithm checkpoint "
+                                f"({path.name} is missing); pass a checkpoint_* folder")
+    with open(path, "rb") as handle:
+        stored = pickle.load(handle)
+    (config,) = stored["ctor_args_and_kwargs"][0]
+    return config
+
+
+def checkpoint_policies(checkpoint: str | Path) -> Policies:
+    """The trained modules of a checkpoint, with the mapping they were trained with."""
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+
+    from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
+
+    checkpoint = Path(checkpoint).resolve()  # RLlib reads relative paths as URIs
+    config = read_checkpoint_config(checkpoint)
+    module_dir = checkpoint / "learner_group" / "learner" / "rl_module"
+    multi_module = MultiRLModule.from_checkpoint(str(module_dir))
+    env = make_text_env(config["env"], config["env_config"])
+    mapping = {agent: config["policy_mapping_fn"](agent, None) for agent in env.possible_agents}
+    modules = {}
+    for module_id in sorted(multi_module.keys()):
+        module = multi_module[module_id]
+        modules[module_id] = _ActivatedModel(module)
+    spec = {"name_or_path": config["llm_model"], "dtype": config["model_dtype"],
+            "seed": config["seed"] or 0}
+    if config.get("tiny_model_config") is not None:
+        spec["tiny_config"] = dict(config["tiny_model_config"])
+    return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(ModelSpec(**spec)),
+                    source=f"checkpoint {checkpoint}", model=config["llm_model"],
+                    temperature_trained=float(config["temperature"]))
+
+
+class _ActivatedModel:
+    """A module's causal LM, with its LoRA adapter switched on before every use."""
+
+    def __init__(self, rl_module):
+        self.rl_module = rl_module
+
+    def get(self):
+        self.rl_module.activate()
+        return self.rl_module.causal_lm
+
+
+def _causal_lm(model):
+    return model.get() if isinstance(model, _ActivatedModel) else model
+
+
+def evaluate(policies: Policies, settings: EvalSettings) -> list[EpisodeSummary]:
+    """Run every (task, sample) episode; episodes come back task by task, samples in order."""
+    from pettingllms_rllib.engines.hf_engine import HFEngine
+
+    env = make_text_env(settings.env, dict(settings.env_config))
+    policies.check_roles(env.possible_agents)
+    engine = HFEngine(policies.tokenizer, SamplingConfig(
+        max_new_tokens=int(settings.max_new_tokens), temperature=float(settings.temperature),
+        seed=int(settings.seed), greedy=settings.decoding == "greedy"))
+
+    def generate(module_id, prompts, num_samples):
+        return engine.generate(_causal_lm(policies.modules[module_id]), prompts, num_samples)
+
+    sampler = TreeSampler(generate, lambda agent: policies.mapping[agent],
+                          num_branches=settings.num_branches if settings.search else 1)
+    by_task: dict[int, list[EpisodeSummary]] = {seed: [] for seed in settings.eval_seeds}
+    for sample in range(settings.samples_per_task):
+        roots = {}
+        for seed in settings.eval_seeds:
+            root = env.clone()
+            root.reset(seed=seed)
+            roots[f"{settings.env}/seed={seed}"] = root
+        with torch.no_grad():
+            result = sampler.run(roots)
+        for seed, episode in zip(settings.eval_seeds, result.episodes):
+            by_task[seed].append(episode)
+        logger.info("evaluation sample %d/%d: success %.3f", sample + 1,
+                    settings.samples_per_task,
+                    sum(e.success for e in result.episodes) / len(result.episodes))
+    return [episode for seed in settings.eval_seeds for episode in by_task[seed]]
+
+
+def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Path, *,
+                   label: str, arm: str | None = None, seed: int | None = None,
+                   training_budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate, then write ``eval.json`` (settings + summary) and ``episodes.csv`` (one row
+    per episode) into ``out_dir``; returns the record. Format: see ``metrics.summarize``."""
+    import csv
+    import json
+
+    from pettingllms_rllib.evaluation.metrics import episodes_csv_rows, summarize
+
+    episodes = evaluate(policies, settings)
+    summary = summarize(episodes, samples_per_task=settings.samples_per_task)
+    record = {
+        "label": label, "arm": arm or label, "seed": seed,
+        "task": settings.env, "env_config": dict(settings.env_config),
+        "checkpoint": policies.source, "model": policies.model,
+        "mapping": dict(policies.mapping),
+        "decoding": settings.decoding, "temperature": settings.temperature,
+        "search": settings.search,
+        "num_branches": settings.num_branches if settings.search else 1,
+        "eval_seeds": settings.eval_seeds, "num_tasks": settings.num_tasks,
+        "samples_per_task": settings.samples_per_task,
+        "max_new_tokens": settings.max_new_tokens,
+        "training_budget": None if training_budget is None else dict(training_budget),
+        "summary": summary,
+    }
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "eval.json").write_text(json.dumps(record, indent=1))
+    rows = episodes_csv_rows(episodes)
+    with open(out_dir / "episodes.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return record
+
+
+def training_budget_of(checkpoint: str | Path) -> dict[str, Any] | None:
+    """Iterations and generated tokens up to a checkpoint: its iteration from the checkpoint,
+    the tokens summed over its trial's ``result.json`` rows up to that iteration (None when
+    the checkpoint is not inside a Tune trial folder)."""
+    import json
+
+    checkpoint = Path(checkpoint).resolve()
+    results = checkpoint.parent / "result.json"
+    state = checkpoint / "algorithm_state.pkl"
+    if not results.is_file() or not state.is_file():
+        return None
+    with open(state, "rb") as handle:
+        iteration = int(pickle.load(handle)["training_iteration"])
+    tokens = 0
+    for line in results.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("training_iteration", 0) <= iteration:
+            tokens += int(row.get("env_runners", {}).get("num_generated_tokens", 0) or 0)
+    return {"iterations": iteration, "generated_tokens": tokens}

@@ -1,0 +1,140 @@
+"""The evaluator: a fixed evaluation set disjoint from training, deterministic greedy runs,
+search on/off, the role swap, and the clear errors for wrong roles or an empty set."""
+
+import json
+
+import pytest
+
+from pettingllms_rllib.envs import register_text_env
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, split_of_seed
+from pettingllms_rllib.evaluation.evaluate import (EvalSettings, Policies, RoleMismatchError,
+                                                   base_policies, evaluate, run_evaluation,
+                                                   swap_mapping)
+from toy_env import ToyScoreEnv
+
+TINY = {"hidden_size": 32, "intermediate_size": 64}
+
+
+@pytest.fixture(scope="module")
+def policies():
+    register_text_env("toy_score_v0", ToyScoreEnv)
+    return base_policies("tiny-random", ["writer", "reviewer"], tiny_model_config=TINY)
+
+
+def settings(**overrides):
+    fields = dict(env="toy_score_v0", env_config={"max_turns": 2}, num_tasks=3,
+                  max_new_tokens=5)
+    fields.update(overrides)
+    return EvalSettings(**fields)
+
+
+def test_the_evaluation_set_is_fixed_and_never_a_training_instance():
+    seeds = settings(num_tasks=5).eval_seeds
+    assert seeds == list(range(TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 5))
+    assert {split_of_seed(s) for s in seeds} == {"test"}
+    with pytest.raises(ValueError, match="training instances"):
+        settings(first_seed=TRAIN_SEED_LIMIT - 1)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"num_tasks": 0}, "empty evaluation set is an error"),
+    ({"samples_per_task": 2}, "greedy decoding gives identical samples"),
+    ({"search": True}, "needs K different candidates"),
+    ({"decoding": "sample", "search": True, "num_branches": 1}, "num_branches >= 2"),
+    ({"decoding": "beam"}, "accepted"),
+])
+def test_settings_that_cannot_give_a_fair_result_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        settings(**overrides)
+
+
+def test_greedy_evaluation_on_a_fixed_seed_set_is_deterministic(policies):
+    first = evaluate(policies, settings())
+    second = evaluate(policies, settings())
+    assert [e.task for e in first] == [f"toy_score_v0/seed={s}" for s in settings().eval_seeds]
+    assert [(e.success, e.agent_return) for e in first] == [
+        (e.success, e.agent_return) for e in second]
+
+
+def test_sampling_gives_k_episodes_per_task_in_task_order(policies):
+    episodes = evaluate(policies, settings(decoding="sample", samples_per_task=2))
+    assert [e.task for e in episodes] == [t for s in settings().eval_seeds
+                                         for t in [f"toy_score_v0/seed={s}"] * 2]
+
+
+def test_search_branches_k_ways_per_turn_and_keeps_one_path(policies, monkeypatch):
+    from pettingllms_rllib.engines.hf_engine import HFEngine
+
+    asked = []
+    original = HFEngine.generate
+
+    def counting(self, model, prompts, num_samples):
+        asked.append(num_samples)
+        return original(self, model, prompts, num_samples)
+
+    monkeypatch.setattr(HFEngine, "generate", counting)
+    searched = evaluate(policies, settings(decoding="sample", search=True, num_branches=3))
+    calls_with_search, asked[:] = list(asked), []
+    plain = evaluate(policies, settings(decoding="sample"))
+    assert set(calls_with_search) == {3} and set(asked) == {1}
+    assert len(searched) == len(plain) == 3  # one episode (the greedy path) per task
+
+
+def test_a_task_with_other_roles_is_refused_naming_both_role_sets(policies):
+    with pytest.raises(RoleMismatchError,
+                       match=r"trained for roles \['reviewer', 'writer'\].*roles are "
+                             r"\['planner', 'tool'\]"):
+        evaluate(policies, settings(env="plan_path_v0", env_config={"grid_size": 3}))
+
+
+def test_the_role_swap_seats_each_module_in_the_other_role():
+    assert swap_mapping({"tool": "tool_m", "planner": "planner_m"}) == {
+        "planner": "tool_m", "tool": "planner_m"}
+    policies = Policies(modules={"a": object(), "b": object()},
+                        mapping={"writer": "a", "reviewer": "b"}, tokenizer=None,
+                        source="x", model="m")
+    swapped = policies.swapped()
+    assert swapped.modules["a"] is policies.modules["a"]  # same weights, other seat
+    assert swapped.mapping == {"writer": "b", "reviewer": "a"}
+    with pytest.raises(ValueError, match="exactly two roles"):
+        swap_mapping({"a": "x"})
+
+
+def test_run_evaluation_writes_the_record_and_one_csv_row_per_episode(policies, tmp_path):
+    record = run_evaluation(policies, settings(decoding="sample", samples_per_task=2),
+                            tmp_path / "out", label="base", arm="prompt_only")
+    stored = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert stored == json.loads(json.dumps(record))
+    assert stored["arm"] == "prompt_only" and stored["training_budget"] is None
+    assert stored["summary"]["num_episodes"] == 6 and "2" in stored["summary"]["pass_at_k"]
+    rows = (tmp_path / "out" / "episodes.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 6
+
+
+def test_the_eval_command_evaluates_the_base_model_and_fails_cleanly(policies, tmp_path):
+    from pettingllms_rllib.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["eval", "--base-model", "tiny-random", "--env", "toy_score_v0",
+                 "--env-config", '{"max_turns": 1}', "--num-tasks", "2",
+                 "--max-new-tokens", "4", "--out", str(out)]) == 0
+    assert json.loads((out / "eval.json").read_text())["summary"]["num_tasks"] == 2
+    assert main(["eval", "--base-model", "tiny-random", "--env", "toy_score_v0",
+                 "--num-tasks", "0", "--out", str(tmp_path / "empty")]) == 2
+    assert main(["eval", "--env", "toy_score_v0", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_module_can_come_from_another_run_of_the_same_base_model():
+    from pettingllms_rllib.evaluation.evaluate import with_module_from
+
+    mine = Policies(modules={"tool": "t1", "planner": "p1"},
+                    mapping={"tool": "tool", "planner": "planner"}, tokenizer=None,
+                    source="run A", model="m")
+    donor = Policies(modules={"tool": "t2", "planner": "p2"}, mapping=mine.mapping,
+                     tokenizer=None, source="run B", model="m")
+    combined = with_module_from(mine, "planner", donor)
+    assert combined.modules == {"tool": "t1", "planner": "p2"}
+    with pytest.raises(KeyError, match="no module 'coder'"):
+        with_module_from(mine, "coder", donor)
+    with pytest.raises(ValueError, match="different base models"):
+        with_module_from(mine, "planner", Policies(**{**donor.__dict__, "model": "other"}))

@@ -1,0 +1,184 @@
+"""Learning curves over Tune run folders: seeds of one setting become one mean line + band."""
+
+import json
+import statistics
+
+import pandas as pd
+import pytest
+
+from pettingllms_rllib.cli import main
+from pettingllms_rllib.plotting import group_trials, load_run_trials, plot_experiment, plot_runs
+
+COLUMNS = ("env_runners/success_rate", "env_runners/episode_turns_mean",
+           "env_runners/agent/tool/episode_return_mean",
+           "env_runners/agent/planner/episode_return_mean",
+           "at_grpo/zero_variance_group_fraction",
+           "learners/planner/policy_behaviour_ratio", "learners/tool/policy_behaviour_ratio",
+           "learners/__all_modules__/num_env_steps_trained")
+
+
+def base_params(**changes):
+    """The shape of a real params.json (RLlib's AlgorithmConfig.to_dict): seed at top level."""
+    params = {"env": "plan_path_v0", "env_config": {"grid_size": 3, "max_turns": 2},
+              "lr": 2e-4, "seed": 0, "num_branches": 4,
+              "callbacks": "<class 'ray.rllib.callbacks.callbacks.RLlibCallback'>",
+              "policy_mapping_fn": "AgentModuleMap({'tool': 'tool', 'planner': 'planner'})"}
+    params.update(changes)
+    return params
+
+
+def make_trial(run_dir, name, params, rows, columns=COLUMNS):
+    """A Tune trial folder: progress.csv where column k of iteration i is ``rows[i] + k``."""
+    trial = run_dir / name
+    trial.mkdir(parents=True)
+    frame = pd.DataFrame({"training_iteration": range(1, len(rows) + 1), "trial_id": name})
+    for index, column in enumerate(columns):
+        frame[column] = [row + index for row in rows]
+    frame.to_csv(trial / "progress.csv", index=False)
+    if params is not None:
+        (trial / "params.json").write_text(json.dumps(params, indent=2))
+    return trial
+
+
+SEEDS = {0: [0.1, 0.2, 0.4], 1: [0.0, 0.3, 0.5], 2: [0.2, 0.4, 0.9]}
+
+
+@pytest.fixture
+def two_arms(tmp_path):
+    """2 arms (lr) x 3 seeds in one run folder; arm B is arm A's numbers + 0.05."""
+    run = tmp_path / "lr_sweep"
+    for arm, (lr, shift) in enumerate(((1e-4, 0.0), (2e-4, 0.05))):
+        for seed, rows in SEEDS.items():
+            make_trial(run, f"ATGRPO_plan_path_v0_abc_0000{arm * 3 + seed}_{seed}",
+                       base_params(lr=lr, seed=seed), [r + shift for r in rows])
+    return run
+
+
+def read_json(png):
+    return json.loads(png.with_suffix(".json").read_text())
+
+
+def test_two_arms_of_three_seeds_are_two_mean_lines(two_arms, tmp_path):
+    png = plot_runs([two_arms], tmp_path / "out" / "curves.png")
+    assert png.stat().st_size > 0
+    curves = read_json(png)
+    assert sorted(curves) == ["lr_sweep: lr=0.0001", "lr_sweep: lr=0.0002"]
+    arm = curves["lr_sweep: lr=0.0001"]
+    assert arm["seeds"] == [0, 1, 2] and len(arm["trials"]) == 3
+    assert arm["training_iteration"] == [1, 2, 3]
+    assert arm["band"] == "min-max over seeds"
+    for i in range(3):
+        values = [rows[i] for rows in SEEDS.values()]
+        assert arm["success_rate"][i] == pytest.approx(statistics.mean(values))
+        spread = arm["spread"]["success_rate"]
+        assert spread["min"][i] == pytest.approx(min(values))
+        assert spread["max"][i] == pytest.approx(max(values))
+        assert spread["std"][i] == pytest.approx(statistics.stdev(values), abs=1e-6)
+        assert spread["n"][i] == 3
+        # every panel's column is averaged the same way (column k is offset by k)
+        assert arm["episode_turns_mean"][i] == pytest.approx(statistics.mean(values) + 1)
+        assert arm["planner/policy_behaviour_ratio"][i] == pytest.approx(
+            statistics.mean(values) + 5)
+    other = curves["lr_sweep: lr=0.0002"]
+    assert other["success_rate"] == pytest.approx([m + 0.05 for m in arm["success_rate"]])
+    assert {"tool/episode_return_mean", "planner/episode_return_mean",
+            "zero_variance_group_fraction", "tool/policy_behaviour_ratio"} <= set(arm)
+    assert not any("__all_modules__" in key for key in arm)
+
+
+def test_seed_varied_through_a_tune_grid_is_removed_from_the_grid_point(tmp_path):
+    """`grid:` puts the varying keys (seed included) under `__grid__`; arms = the rest."""
+    run = tmp_path / "mapping_grid"
+    for mapping in ("shared", "per_role"):
+        for seed in (0, 1, 2):
+            params = base_params(seed=0)
+            del params["policy_mapping_fn"]
+            params["__grid__"] = {"seed": seed, "policy_mapping_fn": f"Map({mapping})"}
+            make_trial(run, f"t_{mapping}_{seed}", params, [seed / 10, 0.5])
+    curves = read_json(plot_runs([run], tmp_path / "c.png"))
+    assert sorted(curves) == ["mapping_grid: policy_mapping_fn=Map(per_role)",
+                              "mapping_grid: policy_mapping_fn=Map(shared)"]
+    for arm in curves.values():
+        assert arm["seeds"] == [0, 1, 2]
+        assert arm["success_rate"] == pytest.approx([0.1, 0.5])
+
+
+def test_a_single_trial_is_a_plain_line_and_plot_experiment_still_works(tmp_path):
+    run = tmp_path / "plan_path_cpu"
+    make_trial(run, "only", base_params(), [0.1, 0.3])
+    png = plot_experiment(run, run / "learning_curve.png")
+    curves = read_json(png)
+    assert list(curves) == ["plan_path_cpu"]
+    (arm,) = curves.values()
+    assert arm["training_iteration"] == [1, 2]
+    assert arm["success_rate"] == pytest.approx([0.1, 0.3])
+    assert arm["band"] == "none (single trial)"
+    assert arm["spread"]["success_rate"]["std"] == [None, None]
+    # A trial folder itself is accepted too.
+    curves = read_json(plot_runs([run / "only"], tmp_path / "one.png"))
+    assert [a["trials"] for a in curves.values()] == [["only"]]
+
+
+def test_missing_columns_are_skipped_and_uneven_seeds_counted(tmp_path):
+    run = tmp_path / "sparse"
+    make_trial(run, "s0", base_params(seed=0), [0.2, 0.4, 0.6],
+               columns=("env_runners/success_rate",))
+    make_trial(run, "s1", base_params(seed=1), [0.4, 0.6],
+               columns=("env_runners/success_rate", "at_grpo/zero_variance_group_fraction"))
+    (run / "empty_trial").mkdir()
+    (run / "empty_trial" / "progress.csv").write_text("")  # a trial that never reported
+    curves = read_json(plot_runs([run], tmp_path / "sparse.png"))
+    (arm,) = curves.values()
+    assert arm["trials"] == ["s0", "s1"]
+    assert arm["success_rate"] == pytest.approx([0.3, 0.5, 0.6])
+    assert arm["spread"]["success_rate"]["n"] == [2, 2, 1]
+    assert arm["zero_variance_group_fraction"] == pytest.approx([1.4, 1.6, None])
+    assert arm["spread"]["zero_variance_group_fraction"]["n"] == [1, 1, None]
+    assert "episode_turns_mean" not in arm
+    assert not any(key.endswith("episode_return_mean") for key in arm)
+
+
+def test_no_trials_raises_naming_the_folders(tmp_path):
+    empty, other = tmp_path / "empty", tmp_path / "missing"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="empty.*missing"):
+        plot_runs([empty, other], tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_same_config_in_two_run_folders_stays_two_arms(two_arms, tmp_path):
+    copy = tmp_path / "repeat"
+    make_trial(copy, "t0", base_params(lr=1e-4, seed=0), [0.9, 0.9, 0.9])
+    curves = read_json(plot_runs([two_arms, copy], tmp_path / "both.png"))
+    assert len(curves) == 3 and curves["repeat"]["seeds"] == [0]
+
+
+def test_group_by_choices(two_arms, tmp_path):
+    trials = load_run_trials(two_arms)
+    assert len(group_trials(trials, "trial")) == 6
+    assert [len(v) for v in group_trials(trials, "run_dir").values()] == [6]
+    by_seed = group_trials(trials, lambda trial: f"seed {trial.seed}")
+    assert sorted(by_seed) == ["seed 0", "seed 1", "seed 2"]
+    with pytest.raises(ValueError, match="arm.*trial.*run_dir"):
+        group_trials(trials, "colour")
+    # Without params.json nothing shows two trials share a setting: each is its own arm.
+    run = tmp_path / "no_params"
+    make_trial(run, "a", None, [0.1])
+    make_trial(run, "b", None, [0.2])
+    assert sorted(group_trials(load_run_trials(run))) == ["no_params: a", "no_params: b"]
+
+
+def test_cli_plot(two_arms, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", str(two_arms)]) == 0
+    assert (two_arms / "learning_curve.png").stat().st_size > 0
+    assert len(read_json(two_arms / "learning_curve.png")) == 2
+    single = tmp_path / "single"
+    make_trial(single, "t", base_params(), [0.5])
+    assert main(["plot", str(two_arms), str(single)]) == 0
+    assert len(read_json(tmp_path / "learning_curves.png")) == 3
+    assert main(["plot", str(single), "--out", str(tmp_path / "o" / "p.png"),
+                 "--group-by", "trial"]) == 0
+    assert (tmp_path / "o" / "p.json").exists()
+    (tmp_path / "nothing").mkdir()
+    assert main(["plot", str(tmp_path / "nothing")]) == 2
