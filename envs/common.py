@@ -148,6 +148,22 @@ class ToolPlannerEnv(TextParallelEnv):
     #: How the simulated score is introduced in the tool's feedback.
     simulated_as = "If played now"
 
+    def _choose_team(self, single_agent: bool) -> None:
+        """``single_agent=True`` is the single-agent baseline (arXiv 2510.11062, Table 1): the
+        planner works alone, with the same turn budget and the same feedback on its moves, and
+        no tool role. Subclasses call this before ``super().__init__``."""
+        self.single_agent = bool(single_agent)
+        if self.single_agent:
+            self.possible_agents = ["planner"]
+            self.workflow = [("planner",)]
+            self.roles = {"planner": self.roles["planner"]}
+
+    def _empty_tool_report(self) -> str:
+        """What the planner's prompt says under "tool" before (or without) a tool run."""
+        if getattr(self, "single_agent", False):
+            return "(no tool agent: you work alone)"
+        return "(the tool has not run yet)"
+
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         raise NotImplementedError
 

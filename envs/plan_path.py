@@ -314,6 +314,8 @@ class PlanPathEnv(ToolPlannerEnv):
             "compact" (a few lines: grid, positions, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
+        single_agent: the single-agent baseline: the planner alone, no tool role, same turn
+            budget and feedback.
     """
 
     metadata = {"name": "plan_path_v0"}
@@ -327,7 +329,7 @@ class PlanPathEnv(ToolPlannerEnv):
                  step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
-                 prompt_style: str = "full"):
+                 prompt_style: str = "full", single_agent: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
@@ -344,6 +346,7 @@ class PlanPathEnv(ToolPlannerEnv):
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
+        self._choose_team(single_agent)
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty),
@@ -353,7 +356,7 @@ class PlanPathEnv(ToolPlannerEnv):
         self.moves_taken: list[str] = []
         self.distances: dict[Position, int] = {}
         self.optimal_length = 0
-        self.tool_report = "(the tool has not run yet)"
+        self.tool_report = self._empty_tool_report()
 
     # ------------------------------------------------------------------ hooks
     def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:
@@ -368,7 +371,7 @@ class PlanPathEnv(ToolPlannerEnv):
         self.moves_taken = []
         self.distances = bfs_distances(self.task.grid, self.task.goal)
         self.optimal_length = self.distances[self.task.start]
-        self.tool_report = "(the tool has not run yet)"
+        self.tool_report = self._empty_tool_report()
 
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":

@@ -469,6 +469,8 @@ class SokobanEnv(ToolPlannerEnv):
             models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
+        single_agent: the single-agent baseline: the planner alone, no tool role, same turn
+            budget and feedback.
     """
 
     metadata = {"name": "sokoban_v0"}
@@ -482,7 +484,8 @@ class SokobanEnv(ToolPlannerEnv):
                  step_cost: float = 0.1, invalid_move_penalty: float = 0.5,
                  box_on_goal_bonus: float = 1.0, box_off_goal_penalty: float = 1.0,
                  shaping_coef: float = 0.2, solve_bonus: float = 10.0,
-                 prompt_style: str = "full", code_runner: CodeRunner | None = None):
+                 prompt_style: str = "full", code_runner: CodeRunner | None = None,
+                 single_agent: bool = False):
         self.room_size = check_int("room_size", room_size, minimum=MIN_ROOM_SIZE)
         self.num_boxes = check_int("num_boxes", num_boxes, minimum=1)
         most = (self.room_size - 2) ** 2 // 5
@@ -506,6 +509,7 @@ class SokobanEnv(ToolPlannerEnv):
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
+        self._choose_team(single_agent)
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty),
@@ -514,7 +518,7 @@ class SokobanEnv(ToolPlannerEnv):
         self.level: SokobanLevel | None = None
         self.state: SokobanLevel | None = None
         self.moves_taken: list[str] = []
-        self.tool_report = "(the tool has not run yet)"
+        self.tool_report = self._empty_tool_report()
 
     # ------------------------------------------------------------------ hooks
     def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:
@@ -527,7 +531,7 @@ class SokobanEnv(ToolPlannerEnv):
             self.level = _check_task(given)
         self.state = self.level
         self.moves_taken = []
-        self.tool_report = "(the tool has not run yet)"
+        self.tool_report = self._empty_tool_report()
 
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":

@@ -615,6 +615,8 @@ class SudokuEnv(ToolPlannerEnv):
             or "compact" (a few lines: grid, rule, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
+        single_agent: the single-agent baseline: the planner alone, no tool role, same turn
+            budget and feedback.
     """
 
     metadata = {"name": "sudoku_v0"}
@@ -626,7 +628,8 @@ class SudokuEnv(ToolPlannerEnv):
                  progress_coef: float = 1.0, violation_penalty: float = 1.0,
                  wrong_penalty: float = 0.5, solve_bonus: float = 2.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
-                 prompt_style: str = "full", code_runner: CodeRunner | None = None):
+                 prompt_style: str = "full", code_runner: CodeRunner | None = None,
+                 single_agent: bool = False):
         self.size = _grid_side(check_int("box_size", box_size, minimum=2))
         self.box_size = int(box_size)
         self.num_holes = check_int(
@@ -655,12 +658,13 @@ class SudokuEnv(ToolPlannerEnv):
                             "completed grid or 'row col digit' placements.",
                 parse=functools.partial(parse_answer, size=self.size)),
         }
+        self._choose_team(single_agent)
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty))
         self.task: SudokuTask | None = None
         self.board: Grid = ()
-        self.tool_report = "(the tool has not run yet)"
+        self.tool_report = self._empty_tool_report()
         self.last_result = ""
 
     # ------------------------------------------------------------------ hooks
@@ -673,7 +677,7 @@ class SudokuEnv(ToolPlannerEnv):
         else:
             self.task = _check_task(given, self.size)
         self.board = self.task.puzzle
-        self.tool_report = "(the tool has not run yet)"
+        self.tool_report = self._empty_tool_report()
         self.last_result = ""
 
     def _observe(self, agent: str) -> str:
