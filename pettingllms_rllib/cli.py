@@ -195,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Tune experiment folder(s), e.g. runs/plan_path_cpu")
     plot.add_argument("--out", help="PNG path (default RUN_DIR/learning_curve.png for one "
                                     "folder, ./learning_curves.png for several)")
-    plot.add_argument("--group-by", choices=("arm", "trial", "run_dir"), default="arm",
-                      help="arm: same folder and config apart from the seed (default)")
+    plot.add_argument("--group-by", choices=("arm", "name", "trial", "run_dir"), default="arm",
+                      help="arm: same folder and config apart from the seed (default); name: "
+                           "same-named folders count as one (one seed per folder)")
     plot.set_defaults(func=_plot)
     report = sub.add_parser("report", help="Markdown comparison table of eval.json records")
     report.add_argument("eval_paths", nargs="+", metavar="EVAL_PATH",

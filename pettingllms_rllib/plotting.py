@@ -36,7 +36,7 @@ MODULE_RATIO = re.compile(r"^learners/([^/]+)/policy_behaviour_ratio$")
 ALL_MODULES = "__all_modules__"
 GRID_KEY = "__grid__"  # same as pettingllms_rllib.algorithms.config.GRID_KEY (no ray import here)
 BAND = "min-max over seeds"
-GROUP_BY = ("arm", "trial", "run_dir")
+GROUP_BY = ("arm", "name", "trial", "run_dir")
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -166,7 +166,9 @@ def group_trials(trials: Sequence[Trial],
 
     ``"arm"`` (default): same run folder and same config apart from the seed; a trial without
     a readable ``params.json`` is its own arm, since nothing shows it shares a setting.
-    ``"trial"``: every trial alone. ``"run_dir"``: every trial of a run folder together.
+    ``"name"``: as ``"arm"`` but run folders of the same *name* count as one (one seed per
+    folder, e.g. ``train/<arm>/seed=<s>/<experiment>``). ``"trial"``: every trial alone.
+    ``"run_dir"``: every trial of a run folder together.
     A callable maps a :class:`Trial` to its arm label.
     """
     if callable(group_by):
@@ -178,7 +180,7 @@ def group_trials(trials: Sequence[Trial],
         raise ValueError(f"group_by must be one of {GROUP_BY} or a callable, got {group_by!r}")
     keyed: dict[tuple[str, str], list[Trial]] = {}
     for trial in trials:
-        run = str(trial.run_dir.resolve())
+        run = trial.run_dir.name if group_by == "name" else str(trial.run_dir.resolve())
         if group_by == "trial" or (group_by == "arm" and trial.params is None):
             key = (run, "trial:" + trial.name)
         elif group_by == "run_dir":

@@ -153,13 +153,23 @@ def test_same_config_in_two_run_folders_stays_two_arms(two_arms, tmp_path):
     assert len(curves) == 3 and curves["repeat"]["seeds"] == [0]
 
 
+def test_same_named_run_folders_of_one_seed_each_aggregate_by_name(tmp_path):
+    for seed, value in enumerate([0.2, 0.4, 0.6]):
+        make_trial(tmp_path / f"seed={seed}" / "exp", "t", base_params(lr=1e-4, seed=seed),
+                   [value])
+    runs = [tmp_path / f"seed={seed}" / "exp" for seed in range(3)]
+    groups = group_trials([t for run in runs for t in load_run_trials(run)], "name")
+    assert [len(members) for members in groups.values()] == [3]
+    assert len(group_trials([t for run in runs for t in load_run_trials(run)], "arm")) == 3
+
+
 def test_group_by_choices(two_arms, tmp_path):
     trials = load_run_trials(two_arms)
     assert len(group_trials(trials, "trial")) == 6
     assert [len(v) for v in group_trials(trials, "run_dir").values()] == [6]
     by_seed = group_trials(trials, lambda trial: f"seed {trial.seed}")
     assert sorted(by_seed) == ["seed 0", "seed 1", "seed 2"]
-    with pytest.raises(ValueError, match="arm.*trial.*run_dir"):
+    with pytest.raises(ValueError, match="arm.*name.*trial.*run_dir"):
         group_trials(trials, "colour")
     # Without params.json nothing shows two trials share a setting: each is its own arm.
     run = tmp_path / "no_params"

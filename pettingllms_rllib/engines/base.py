@@ -79,6 +79,14 @@ def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None)
     return list(ids)
 
 
+def encode_requests(tokenizer, prompts: Sequence[str], num_samples: int,
+                    system_prompt: str | None = None) -> list[list[int]]:
+    """Check a generate request and encode its prompts (shared by every engine)."""
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    return [encode_chat_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
+
+
 class Engine(Protocol):
     """Generates ``num_samples`` completions for every prompt in one batched call.
 

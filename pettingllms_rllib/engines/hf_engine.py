@@ -26,7 +26,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from pettingllms_rllib.engines.base import Completion, SamplingConfig, encode_chat_prompt
+from pettingllms_rllib.engines.base import (Completion, SamplingConfig, encode_chat_prompt,
+                                             encode_requests)
 from pettingllms_rllib.models.logprobs import position_ids_from_mask, unwrap_peft
 
 logger = logging.getLogger(__name__)
@@ -122,11 +123,9 @@ class HFEngine:
     def generate(self, model: Any, prompts: Sequence[str],
                  num_samples: int) -> list[list[Completion]]:
         """Sample ``num_samples`` completions for every prompt; see the module docstring."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if not prompts:
+        prompt_ids = encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt)
+        if not prompt_ids:
             return []
-        prompt_ids = [self.encode_prompt(prompt) for prompt in prompts]
         rows = [_Row(prompt_index=i) for i in range(len(prompts)) for _ in range(num_samples)]
         causal_lm = unwrap_peft(model)
         stop_ids = self._stop_ids(causal_lm)

@@ -35,7 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pettingllms_rllib.engines.base import Completion, SamplingConfig, encode_chat_prompt
+from pettingllms_rllib.engines.base import (Completion, SamplingConfig, encode_chat_prompt,
+                                             encode_requests)
 from pettingllms_rllib.engines.weight_sync import AdapterTable, write_lora_adapter
 
 logger = logging.getLogger(__name__)
@@ -175,11 +176,9 @@ class VLLMEngine:
         """Sample ``num_samples`` completions per prompt with adapter ``model`` (None = base)."""
         from vllm.inputs import TokensPrompt
 
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if not prompts:
+        prompt_ids = encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt)
+        if not prompt_ids:
             return []
-        prompt_ids = [self.encode_prompt(prompt) for prompt in prompts]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids],
                                     self._sampling_params(num_samples),
                                     lora_request=self._lora_request(model), use_tqdm=False)

@@ -5,33 +5,22 @@ base), that training changes every trainable parameter, that runners hold the le
 after sync (also on a remote runner), and checkpoint -> restore -> a further iteration.
 """
 
-from pathlib import Path
-
 import pytest
 import torch
 
 ray = pytest.importorskip("ray")
 
-from toy_env import ToyScoreEnv  # noqa: E402
+from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
 
 from pettingllms_rllib.algorithms import ATGRPO, ATGRPOConfig  # noqa: E402
-from pettingllms_rllib.envs import register_text_env  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 
 pytestmark = pytest.mark.integration
-AGENTS = ["writer", "reviewer"]
-TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 2, "num_key_value_heads": 1}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    register_text_env("toy_score_v0", ToyScoreEnv)
-    support = str(Path(__file__).parents[1] / "support")  # so Ray workers import toy_env
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": support}})
-    yield
-    ray.shutdown()
+    yield from toy_ray_session(num_cpus=2)
 
 
 def tiny_config(mapping: str, *, lora: bool = False, num_env_runners: int = 0) -> ATGRPOConfig:

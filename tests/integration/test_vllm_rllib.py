@@ -7,8 +7,6 @@ runner's engine; they must agree within ``TOLERANCE`` and the engine's numbers m
 learner trains. Skipped, with the reason, when vLLM is not installed (``make test-vllm``).
 """
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -23,13 +21,11 @@ pytestmark = [
 ]
 
 from teacher_forcing import teacher_forced  # noqa: E402
-from toy_env import ToyScoreEnv  # noqa: E402
+from toy_ray import AGENTS, toy_ray_session  # noqa: E402
 
 from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
-from pettingllms_rllib.envs import register_text_env  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 
-AGENTS = ["writer", "reviewer"]
 # vLLM's CPU attention kernels need head_dim >= 32.
 VLLM_TINY = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 2,
              "num_key_value_heads": 1}
@@ -38,12 +34,7 @@ TOLERANCE = 2e-3  # as in tests/engines/test_vllm_engine.py
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    register_text_env("toy_score_v0", ToyScoreEnv)
-    support = str(Path(__file__).parents[1] / "support")  # so Ray workers import toy_env
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": support}})
-    yield
-    ray.shutdown()
+    yield from toy_ray_session(num_cpus=2)
 
 
 def vllm_config(mapping: str, *, lora: bool, sync_dir=None) -> ATGRPOConfig:

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The CPU replication of the paper's comparisons on Plan-Path (issue 5), one command:
+#
+#   bench/replicate_plan_path.sh                      # everything, 3 seeds (hours on 2 cores)
+#   SEEDS="0" ARMS="atgrpo_per_role vanilla_grpo" TASKS=16 bench/replicate_plan_path.sh
+#   EXTRA_SET='stop={training_iteration: 1}' ...      # extra --set overrides for every training
+#
+# For every arm and seed: train with tune_configs/baselines/plan_path_<arm>_cpu.yaml (all arms
+# stop at the same generated-token budget), evaluate the LAST checkpoint (no checkpoint is picked
+# on the evaluation set) on the fixed evaluation seeds with greedy decoding; then the untrained
+# base model (prompt-only, as a team and as a single agent) and the role swap of every per-role
+# seed; then one Markdown report and one learning-curve figure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-runs/replication}
+SEEDS=${SEEDS:-"0 1 2"}
+ARMS=${ARMS:-"atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"}
+TASKS=${TASKS:-64}
+CLI=${CLI:-.venv/bin/pettingllms-rllib}
+EXTRA_SET=${EXTRA_SET:-}
+ENV_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact"}'
+SOLO_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact", "single_agent": true}'
+
+last_checkpoint() {  # the newest checkpoint of the only trial under $1
+  find "$1" -maxdepth 3 -type d -name 'checkpoint_*' | sort | tail -1
+}
+
+for arm in $ARMS; do
+  for seed in $SEEDS; do
+    run="$OUT/train/$arm/seed=$seed"
+    if [ -z "$(last_checkpoint "$run" 2>/dev/null || true)" ]; then
+      extra=()
+      if [ -n "$EXTRA_SET" ]; then extra=(--set "$EXTRA_SET"); fi
+      "$CLI" train "tune_configs/baselines/plan_path_${arm}_cpu.yaml" --output "$run" \
+        --set 'grid={}' --set "debugging.seed=$seed" "${extra[@]}"
+    fi
+    ckpt=$(last_checkpoint "$run")
+    "$CLI" eval --checkpoint "$ckpt" --num-tasks "$TASKS" --arm "$arm" --train-seed "$seed" \
+      --label "$arm/seed=$seed" --out "$OUT/eval/$arm/seed=$seed"
+    if [ "$arm" = atgrpo_per_role ]; then
+      "$CLI" eval --checkpoint "$ckpt" --swap-roles --num-tasks "$TASKS" --arm role_swap \
+        --train-seed "$seed" --label "role_swap/seed=$seed" --out "$OUT/eval/role_swap/seed=$seed"
+    fi
+  done
+done
+
+"$CLI" eval --base-model smollm2-135m-instruct --env plan_path_v0 --env-config "$ENV_CONFIG" \
+  --max-new-tokens 16 --num-tasks "$TASKS" --arm prompt_only --label prompt_only \
+  --out "$OUT/eval/prompt_only"
+"$CLI" eval --base-model smollm2-135m-instruct --env plan_path_v0 --env-config "$SOLO_CONFIG" \
+  --max-new-tokens 16 --num-tasks "$TASKS" --arm prompt_only_single_agent \
+  --label prompt_only_single_agent --out "$OUT/eval/prompt_only_single_agent"
+
+"$CLI" report "$OUT/eval" --out "$OUT/report.md"
+"$CLI" plot "$OUT"/train/*/*/* --group-by name --out "$OUT/learning_curves.png"
+echo "report: $OUT/report.md, curves: $OUT/learning_curves.png"
