@@ -94,3 +94,24 @@ def test_a_frozen_role_acts_but_never_changes():
                        for k in before["writer"])
     finally:
         algo.stop()
+
+
+def test_two_runs_combine_with_each_role_from_its_own_run(tmp_path):
+    """Each role trained alone, then run together: the reviewer of run B joins run A's writer."""
+    from pettingllms_rllib.evaluation.evaluate import with_module_from
+
+    checkpoints, trained = {}, {}
+    for run, frozen in (("a", ["reviewer"]), ("b", ["writer"])):
+        algo = config(frozen_modules=frozen).build_algo()
+        try:
+            algo.train()
+            module = algo.learner_group._learner.module
+            trained[run] = {mid: adapter_weights(module[mid]) for mid in AGENTS}
+            checkpoints[run] = algo.save_to_path(str(tmp_path / run))
+        finally:
+            algo.stop()
+    together = with_module_from(checkpoint_policies(checkpoints["a"]), "reviewer",
+                                checkpoint_policies(checkpoints["b"]))
+    for role, run in (("writer", "a"), ("reviewer", "b")):
+        got = adapter_weights(together.modules[together.mapping[role]].rl_module)
+        assert all(torch.equal(got[k], trained[run][role][k]) for k in got), role
