@@ -29,11 +29,13 @@ last_checkpoint() {  # the newest checkpoint of the only trial under $1
 for arm in $ARMS; do
   for seed in $SEEDS; do
     run="$OUT/train/$arm/seed=$seed"
-    if [ -z "$(last_checkpoint "$run" 2>/dev/null || true)" ]; then
+    if [ ! -f "$run/.trained" ]; then  # an interrupted run is trained again from scratch
+      rm -rf "$run"
       extra=()
       if [ -n "$EXTRA_SET" ]; then extra=(--set "$EXTRA_SET"); fi
       "$CLI" train "tune_configs/baselines/plan_path_${arm}_cpu.yaml" --output "$run" \
         --set 'grid={}' --set "debugging.seed=$seed" "${extra[@]}"
+      touch "$run/.trained"
     fi
     ckpt=$(last_checkpoint "$run")
     "$CLI" eval --checkpoint "$ckpt" --num-tasks "$TASKS" --arm "$arm" --train-seed "$seed" \
