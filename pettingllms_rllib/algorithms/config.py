@@ -306,7 +306,7 @@ class ATGRPOConfig(AlgorithmConfig):
         the minibatch; the bound catches configs that cannot fit whatever the batch."""
         from pettingllms_rllib.models.memory import learner_memory
 
-        lora = None if self.lora is None else {**self._default_lora(), **self.lora}
+        lora = self.lora_kwargs
         tokens = int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS)
         return learner_memory(
             shape, dtype=self.model_dtype, lora_rank=None if lora is None else int(lora["r"]),
@@ -322,7 +322,7 @@ class ATGRPOConfig(AlgorithmConfig):
         the K branches of one prompt at full length."""
         from pettingllms_rllib.models.memory import engine_memory
 
-        lora = None if self.lora is None else {**self._default_lora(), **self.lora}
+        lora = self.lora_kwargs
         return engine_memory(
             shape, dtype=self.model_dtype,
             max_model_len=int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS),
@@ -331,11 +331,13 @@ class ATGRPOConfig(AlgorithmConfig):
             lora_rank=None if lora is None else int(lora["r"]),
             lora_target_modules=None if lora is None else lora["target_modules"])
 
-    @staticmethod
-    def _default_lora() -> dict:
+    @property
+    def lora_kwargs(self) -> dict[str, Any] | None:
+        """The full peft LoraConfig kwargs every module's adapter is built with (library
+        defaults under the user's ``lora``), or None for full fine-tuning."""
         from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
 
-        return dict(DEFAULT_LORA)
+        return None if self.lora is None else {**DEFAULT_LORA, **self.lora}
 
     def _check_gpu_memory(self, agents) -> None:
         """Refuse, before any Ray work, a model that cannot fit the GPUs the config asks for."""

@@ -99,11 +99,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         module, each with an equal share of the runner's GPU memory and KV cache."""
         from pettingllms_rllib.engines.vllm_engine import VLLMEngine
         from pettingllms_rllib.models.loading import model_folder
-        from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
-
         cfg = self.config
         module_ids = sorted(cfg.policies)
-        lora = None if cfg.lora is None else {**DEFAULT_LORA, **cfg.lora}
+        lora = cfg.lora_kwargs
         self._lora_kwargs = lora
         share = 1 if lora is not None else len(module_ids)
 

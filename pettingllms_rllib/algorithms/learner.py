@@ -79,8 +79,10 @@ class ATGRPOTorchLearner(TorchLearner):
             return
         import torch.distributed as dist
 
+        # Fixed at build: the same parameters, in the same order, in every all-reduce.
+        self._averaged_params = self._trainable_in_order()
         with torch.no_grad():
-            for param in self._trainable_in_order():
+            for param in self._averaged_params:
                 dist.broadcast(param.data, src=0)
 
     def _trainable_in_order(self) -> list[torch.nn.Parameter]:
@@ -96,7 +98,7 @@ class ATGRPOTorchLearner(TorchLearner):
     def _average_gradients_across_learners(self) -> None:
         import torch.distributed as dist
 
-        params = self._trainable_in_order()
+        params = self._averaged_params
         world = dist.get_world_size()
         present = torch.tensor([float(p.grad is not None) for p in params],
                                device=params[0].device)

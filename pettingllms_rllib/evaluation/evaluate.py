@@ -107,7 +107,6 @@ class Policies:
     tokenizer: Any
     source: str
     model: str
-    temperature_trained: float | None = None
 
     def check_roles(self, agents) -> None:
         """Refuse a task whose roles are not the ones these policies were trained for."""
@@ -191,8 +190,7 @@ def checkpoint_policies(checkpoint: str | Path) -> Policies:
     if config.get("tiny_model_config") is not None:
         spec["tiny_config"] = dict(config["tiny_model_config"])
     return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(ModelSpec(**spec)),
-                    source=f"checkpoint {checkpoint}", model=config["llm_model"],
-                    temperature_trained=float(config["temperature"]))
+                    source=f"checkpoint {checkpoint}", model=config["llm_model"])
 
 
 class _ActivatedModel:
