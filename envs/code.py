@@ -24,8 +24,8 @@ from pettingllms_envs.code_data import (
     load_problem_set)
 from pettingllms_envs.code_judge import BatchRunner, TestOutcome, run_tests, stdio_input
 from pettingllms_envs.common import (
-    check_code_runner, check_float, check_int, check_prompt_style, check_sandbox_limits,
-    clip_text, extract_python_code)
+    PYTHON_FENCE_TAGS, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text, extract_python_code)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
@@ -204,6 +204,34 @@ def _scan_json(text: str) -> list[TestCase]:
     return tests
 
 
+def _outside_python_blocks(text: str) -> str:
+    """``text`` without its complete ```python blocks, read with the rules of
+    :func:`~pettingllms_envs.common.extract_python_code` (an unclosed block stays).
+
+    The single agent writes its tests next to its solution; a code line such as
+    ``input = sys.stdin.readline`` or ``output = []`` would otherwise read as a test label.
+    """
+    kept: list[str] = []
+    block: list[str] = []
+    lang: str | None = None
+    for line in text.split("\n"):
+        stripped = line.strip()
+        fence = stripped.startswith("```") and len(stripped) < 64
+        tag = stripped.lstrip("`").strip().lower() if fence else ""
+        if lang is None:
+            if fence:
+                lang, block = tag, [line]
+            else:
+                kept.append(line)
+        elif fence and not tag:
+            if lang not in PYTHON_FENCE_TAGS:
+                kept += block + [line]
+            lang = None
+        else:
+            block.append(line)
+    return "\n".join(kept + (block if lang is not None else []))
+
+
 def parse_tester_answer(text: str) -> ParseResult:
     """The tester's test cases, read leniently (value: a tuple of :class:`TestCase`).
 
@@ -266,6 +294,14 @@ _CODER = Role(
     description="Writes a complete Python solution in a ```python block.",
     parse=extract_python_code,
 )
+#: The single-agent baseline's only role: its solution is read like the coder's (no code block is
+#: a parse error); its own tests, read from the rest of the response, are optional.
+_SOLO_CODER = Role(
+    name="coder",
+    description="Writes a complete Python solution in a ```python block and, after it, its own "
+                "test cases ('Input:' / 'Output:' blocks).",
+    parse=extract_python_code,
+)
 _TESTER = Role(
     name="tester",
     description="Writes test cases ('Input:' / 'Output:' blocks) with the expected outputs.",
@@ -311,6 +347,15 @@ class CodeEnv(TextParallelEnv):
     Termination: terminated when this turn's code passes every one of this turn's tester tests
     (at least one); truncated after ``max_turns`` turns.
 
+    Single-agent baseline (``single_agent=True``; the paper's single-agent rows, arXiv
+    2510.11062, Table 1): the ``coder`` works alone (``workflow = [("coder",)]``) with the same
+    turn budget. Its solution is read and scored exactly as above (local, team, ``success``);
+    the same response may also hold its own tests in the tester's format, read outside the
+    ```python blocks (the first ``max_tests_per_answer`` count). They earn nothing and are not
+    checked against the reference: next turn its prompt shows them with what its code did on
+    them, as it shows the tester's tests in the team. Terminated when this turn's code passes
+    every one of its own tests (at least one); with no tests it runs to ``max_turns``.
+
     Instances: problem sets are loaded once per process (cached by arguments) and shared by
     clones. Each problem id is assigned to a bucket by a stable hash
     (:func:`~pettingllms_envs.code_data.problem_split`): ``test_fraction`` (default 20%) of the
@@ -347,6 +392,8 @@ class CodeEnv(TextParallelEnv):
         code_runner: advanced; ``(program, stdins) -> list[SandboxResult]`` replacing
             :func:`~pettingllms_envs.sandbox.run_python_batch` (a remote executor, or a fake in
             tests).
+        single_agent: the single-agent baseline above: the coder alone, writing its own tests
+            (False).
     """
 
     metadata = {"name": "code_v0"}
@@ -361,7 +408,8 @@ class CodeEnv(TextParallelEnv):
                  max_tests_per_answer: int = 5, max_hidden_tests: int | None = None,
                  float_tolerance: float | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
-                 prompt_style: str = "full", code_runner: BatchRunner | None = None):
+                 prompt_style: str = "full", code_runner: BatchRunner | None = None,
+                 single_agent: bool = False):
         self.test_fraction = check_float("test_fraction", test_fraction)
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
@@ -378,6 +426,11 @@ class CodeEnv(TextParallelEnv):
         self.code_runner = check_code_runner(code_runner)
         self.problem_set = self._load(problems, dataset, dataset_format, dataset_split,
                                       dataset_config)
+        self.single_agent = bool(single_agent)
+        if self.single_agent:  # one role, no tester (arXiv 2510.11062, Table 1)
+            self.possible_agents = ["coder"]
+            self.workflow = [("coder",)]
+            self.roles = {"coder": _SOLO_CODER}
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty))
@@ -449,7 +502,9 @@ class CodeEnv(TextParallelEnv):
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
                      raw: Mapping[str, str]) -> StageOutcome:
-        code, tests = parsed["coder"], parsed["tester"]
+        code = parsed["coder"]
+        tests = (parse_tester_answer(_outside_python_blocks(raw["coder"])) if self.single_agent
+                 else parsed["tester"])
         kept: tuple[TestCase, ...] = ()
         if tests.ok:
             kept = tuple(self._tester_case(t) for t in
@@ -465,11 +520,16 @@ class CodeEnv(TextParallelEnv):
         else:
             tester_results, coder_local, success = (), self.invalid_action_penalty, False
             coder_feedback = f"no code: {code.error}"
-        tester_local, tester_feedback = self._score_tester(tests, kept)
+        failed = sum(not o.passed for o in tester_results)
         if kept and tester_results:
-            failed = sum(not o.passed for o in tester_results)
-            coder_feedback += f"; failed {failed} of the tester's {len(kept)} tests"
-            tester_feedback += f"; the coder's code disagreed with {failed} of them"
+            whose = "its own" if self.single_agent else "the tester's"
+            coder_feedback += f"; failed {failed} of {whose} {len(kept)} tests"
+        local, feedback = {"coder": coder_local}, {"coder": coder_feedback + "."}
+        if not self.single_agent:  # alone, its own tests earn nothing and meet no reference
+            tester_local, tester_feedback = self._score_tester(tests, kept)
+            if kept and tester_results:
+                tester_feedback += f"; the coder's code disagreed with {failed} of them"
+            local["tester"], feedback["tester"] = tester_local, tester_feedback + "."
         terminated = bool(kept) and bool(tester_results) and all(o.passed for o in tester_results)
 
         self.last_code = code.value if code.ok else None
@@ -477,11 +537,8 @@ class CodeEnv(TextParallelEnv):
         self.last_tests = kept
         self.tester_note = "" if tests.ok else f"(no readable tests: {tests.error})"
         self.last_results = tuple(tester_results)
-        return StageOutcome(local={"coder": coder_local, "tester": tester_local},
-                            team=1.0 if success else 0.0, success=success,
-                            terminated=terminated,
-                            feedback={"coder": coder_feedback + ".",
-                                      "tester": tester_feedback + "."})
+        return StageOutcome(local=local, team=1.0 if success else 0.0, success=success,
+                            terminated=terminated, feedback=feedback)
 
     # ------------------------------------------------------------------ scoring
     def _tester_case(self, test: TestCase) -> TestCase:
@@ -534,19 +591,30 @@ class CodeEnv(TextParallelEnv):
             return self._observe_compact(agent)
         turn = min(self.turn + 1, self.max_turns)
         other = "unit tester" if agent == "coder" else "coder"
-        lines = [f"Code task {self.task.id}, turn {turn} of {self.max_turns}. You are the "
-                 f"{agent if agent == 'coder' else 'unit tester'}; a {other} works on the same "
-                 "problem at the same time.",
-                 "Problem:", self._problem_text(6_000)]
+        head = f"Code task {self.task.id}, turn {turn} of {self.max_turns}. "
+        if self.single_agent:
+            head += ("You work alone: you write the solution and your own tests; no other agent "
+                     "works on this problem.")
+        else:
+            head += (f"You are the {agent if agent == 'coder' else 'unit tester'}; a {other} "
+                     "works on the same problem at the same time.")
+        lines = [head, "Problem:", self._problem_text(6_000)]
         if agent == "coder":
+            whose = "Your own" if self.single_agent else "The tester's"
             lines += ["Your previous code:", self._code_block(self.last_code, self.coder_note),
-                      "The tester's latest tests and what your previous code did on them:",
+                      f"{whose} latest tests and what your previous code did on them:",
                       self._tests_report(for_coder=True),
                       "Write your complete solution in one ```python block."]
             if self.task.kind == "stdio":
                 lines.append("Read the input with input() or sys.stdin and print the answer.")
             else:
                 lines.append(f"Define `{self.task.entry_point}` (keep its name and signature).")
+            if self.single_agent:
+                lines += ["After the code block, write up to "
+                          f"{self.reward_config.max_tests_per_answer} test cases of your own "
+                          "whose expected outputs are exactly right, each in this form (one "
+                          "blank line between tests); the episode ends when your code passes "
+                          "all of them:", self._format_help()]
         else:
             lines += ["The coder's latest code:", self._code_block(self.last_code,
                                                                    self.coder_note),
@@ -589,6 +657,10 @@ class CodeEnv(TextParallelEnv):
             else:
                 lines.append(f"Answer with one ```python block that defines "
                              f"`{self.task.entry_point}`.")
+            if self.single_agent:
+                lines.append("You work alone: after the code, add up to "
+                             f"{self.reward_config.max_tests_per_answer} tests of your own "
+                             f"like:\n{self._format_help()}")
         else:
             if self.last_code is not None:
                 lines.append(f"Coder's code:\n{clip_text(self.last_code.strip(), 400)}")

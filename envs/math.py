@@ -283,13 +283,24 @@ class AgentAnswer:
     report: str
 
 
+_BOXED_INSTRUCTION = ("Reason step by step, then give the final answer in \\boxed{}, e.g. "
+                      "\\boxed{42} or \\boxed{\\frac{3}{4}}.")
 _NO_ANSWER = AgentAnswer(text=None, parsed=(), report="(no answer yet)")
+_NO_PROGRAM = AgentAnswer(text=None, parsed=(), report="(no program)")
 
 
 # ------------------------------------------------------------------------------ the env
 _REASONER = Role(
     name="reasoner",
     description="Solves the problem step by step and gives the final answer in \\boxed{...}.",
+    parse=parse_reasoner_answer,
+)
+#: The single-agent baseline's only role: the same answer format, so a response with a program
+#: but no box is still a parse error; the program is read from the raw response.
+_SOLO_REASONER = Role(
+    name="reasoner",
+    description="Solves the problem alone and gives the final answer in \\boxed{...}; may "
+                "check it with a Python program (in a ```python block) run in a sandbox.",
     parse=parse_reasoner_answer,
 )
 _TOOL = Role(
@@ -331,6 +342,15 @@ class MathEnv(TextParallelEnv):
     them equivalent (either way round), whether or not it is correct (the paper ends the
     episode on agreement); truncated after ``max_turns`` turns.
 
+    Single-agent baseline (``single_agent=True``; the paper's single-agent rows, arXiv
+    2510.11062, Table 1): the ``reasoner`` works alone (``workflow = [("reasoner",)]``) with the
+    same turn budget. Its ``\\boxed{}`` answer is scored exactly as above (local, team,
+    ``success``); the same response may also hold a ```python block (the last complete one
+    counts), run like the tool's program. Next turn its prompt shows its own latest answer and
+    its program's answer (or "(no program)") where the tool's answer would be. Terminated when
+    the boxed answer and the program's answer are equivalent; with no program it runs to
+    ``max_turns``.
+
     Instances: ``reset(seed=s)`` takes a problem of the seed's split (``split_of_seed``: seeds
     >= ``TRAIN_SEED_LIMIT`` are test). Generated set: drawn from ``np.random.default_rng(s)``;
     a question's split is a SHA-256 bucket of its text, so train and test never share a
@@ -362,6 +382,8 @@ class MathEnv(TextParallelEnv):
             lines: problem, the other's answer, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
+        single_agent: the single-agent baseline above: the reasoner alone, checking its answer
+            with its own program (False).
     """
 
     metadata = {"name": "math_v0"}
@@ -377,7 +399,8 @@ class MathEnv(TextParallelEnv):
                  max_turns: int = 3, alpha: float = 1.0, invalid_action_penalty: float = -1.0,
                  correct_reward: float = 1.0, wrong_reward: float = 0.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
-                 prompt_style: str = "full", code_runner: CodeRunner | None = None):
+                 prompt_style: str = "full", code_runner: CodeRunner | None = None,
+                 single_agent: bool = False):
         self.difficulty, self.kinds = check_generator_args(difficulty, kinds)
         self.test_fraction = check_float("test_fraction", test_fraction)
         if not 0.0 <= self.test_fraction <= 1.0:
@@ -393,6 +416,11 @@ class MathEnv(TextParallelEnv):
                                                problems)
         self.dataset = dataset
         self._splits = self._split_problems()
+        self.single_agent = bool(single_agent)
+        if self.single_agent:  # one role, no tool agent (arXiv 2510.11062, Table 1)
+            self.possible_agents = ["reasoner"]
+            self.workflow = [("reasoner",)]
+            self.roles = {"reasoner": _SOLO_REASONER}
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty))
@@ -463,7 +491,8 @@ class MathEnv(TextParallelEnv):
         if not self.gold:
             logger.warning("math: the reference answer %r of problem %s does not parse; no "
                            "answer can score as correct", self.problem.answer, self.problem.id)
-        self.answers = {agent: _NO_ANSWER for agent in self.possible_agents}
+        # Alone, the reasoner's own program's answer is kept under "tool", in the tool's place.
+        self.answers = {agent: _NO_ANSWER for agent in ("reasoner", "tool")}
 
     def _seeded_problem(self, seed: int | None) -> MathProblem:
         split = split_of_seed(seed)
@@ -482,6 +511,8 @@ class MathEnv(TextParallelEnv):
         return self.problems[indices[position]]
 
     def _observe(self, agent: str) -> str:
+        if self.single_agent:
+            return self._observe_alone()
         other = "tool" if agent == "reasoner" else "reasoner"
         question = to_ascii(self.problem.question)
         own, theirs = self.answers[agent].report, self.answers[other].report
@@ -507,13 +538,39 @@ class MathEnv(TextParallelEnv):
                       f"answer: {theirs}",
                       "If the answers differ, check both and decide which is right."]
         if agent == "reasoner":
-            lines.append("Reason step by step, then give the final answer in \\boxed{}, e.g. "
-                         "\\boxed{42} or \\boxed{\\frac{3}{4}}.")
+            lines.append(_BOXED_INSTRUCTION)
         else:
             lines.append("Write a Python program in a ```python fenced block that solves the "
                          "problem and prints only the final answer on its last line, e.g. "
                          "print(42) or print('3/4'). It gets no input and runs in a sandbox "
                          f"with a {self.sandbox_limits.wall_time_s:g} s limit.")
+        return "\n".join(lines)
+
+    def _observe_alone(self) -> str:
+        """The single agent's prompt: what its own program printed stands where the tool
+        agent's answer would be, so the feedback is of the same kind as in the team."""
+        question = to_ascii(self.problem.question)
+        own, program = self.answers["reasoner"].report, self.answers["tool"].report
+        if self.prompt_style == "compact":
+            lines = [f"Problem: {question}"]
+            if self.turn:
+                lines.append(f"Your answer: {clip_text(own, 80)}. "
+                             f"Your program: {clip_text(program, 80)}.")
+            lines.append("You work alone. End with your answer like \\boxed{42}; you may add a "
+                         "```python block that prints it, to check it.")
+            return "\n".join(lines)
+        lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
+                 question, "",
+                 "You work alone: no other agent. You may check your answer with a Python "
+                 "program in a ```python fenced block that prints only the answer on its last "
+                 "line; it gets no input and runs in a sandbox with a "
+                 f"{self.sandbox_limits.wall_time_s:g} s limit. The episode ends when your boxed "
+                 "answer and your program's answer agree."]
+        if self.turn:
+            lines += [f"Your latest answer: {own}",
+                      f"What your latest program printed: {program}",
+                      "If they differ, check both and decide which is right."]
+        lines.append(_BOXED_INSTRUCTION)
         return "\n".join(lines)
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
@@ -534,13 +591,16 @@ class MathEnv(TextParallelEnv):
             verdict = ("correct" if correct[agent] else "wrong" if answer.parsed
                        else "wrong (math-verify could not read it)")
             feedback[agent] = f"Answer {clip_text(answer.text, 80)!r}: {verdict}"
+        if self.single_agent:
+            self.answers["tool"] = self._own_program(raw["reasoner"])
         success = correct.get("reasoner", False)
         first, second = self.answers["reasoner"], self.answers["tool"]
         agree = (first.text is not None and second.text is not None
                  and answers_equivalent(first.parsed, second.parsed))
         if agree:
             for agent in stage:
-                feedback[agent] += "; both agents agree"
+                feedback[agent] += ("; its program agrees" if self.single_agent
+                                    else "; both agents agree")
         return StageOutcome(local=local, team=1.0 if success else 0.0, success=success,
                             terminated=agree, feedback=feedback)
 
@@ -551,6 +611,13 @@ class MathEnv(TextParallelEnv):
             return AgentAnswer(text=None, parsed=(), report=f"none ({parsed.error})")
         return AgentAnswer(text=parsed.value, parsed=parse_math(parsed.value),
                            report=to_ascii(parsed.value))
+
+    def _own_program(self, response: str) -> AgentAnswer:
+        """The single agent's check: the last ```python block of its response, run exactly like
+        the tool agent's program (even when the response has no box: the printout is still
+        feedback); "(no program)" when there is none."""
+        code = extract_python_code(response)
+        return self._tool_answer(code) if code.ok else _NO_PROGRAM
 
     def _tool_answer(self, parsed: ParseResult) -> AgentAnswer:
         if not parsed.ok:
