@@ -26,8 +26,8 @@ last_checkpoint() {  # the newest checkpoint of the only trial under $1
   find "$1" -maxdepth 3 -type d -name 'checkpoint_*' | sort | tail -1
 }
 
-for arm in $ARMS; do
-  for seed in $SEEDS; do
+for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at seed 0
+  for arm in $ARMS; do
     run="$OUT/train/$arm/seed=$seed"
     if [ ! -f "$run/.trained" ]; then  # an interrupted run is trained again from scratch
       rm -rf "$run"
