@@ -24,8 +24,8 @@ from pettingllms_envs.code_data import (
     load_problem_set)
 from pettingllms_envs.code_judge import BatchRunner, TestOutcome, run_tests, stdio_input
 from pettingllms_envs.common import (
-    PYTHON_FENCE_TAGS, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code)
+    check_code_runner, check_float, check_int, check_prompt_style, check_sandbox_limits,
+    clip_text, extract_python_code, split_python_blocks)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
@@ -202,34 +202,6 @@ def _scan_json(text: str) -> list[TestCase]:
         if expected.strip() and len(given) <= MAX_TEST_CHARS and len(expected) <= MAX_TEST_CHARS:
             tests.append(TestCase(given, expected))
     return tests
-
-
-def _outside_python_blocks(text: str) -> str:
-    """``text`` without its complete ```python blocks, read with the rules of
-    :func:`~pettingllms_envs.common.extract_python_code` (an unclosed block stays).
-
-    The single agent writes its tests next to its solution; a code line such as
-    ``input = sys.stdin.readline`` or ``output = []`` would otherwise read as a test label.
-    """
-    kept: list[str] = []
-    block: list[str] = []
-    lang: str | None = None
-    for line in text.split("\n"):
-        stripped = line.strip()
-        fence = stripped.startswith("```") and len(stripped) < 64
-        tag = stripped.lstrip("`").strip().lower() if fence else ""
-        if lang is None:
-            if fence:
-                lang, block = tag, [line]
-            else:
-                kept.append(line)
-        elif fence and not tag:
-            if lang not in PYTHON_FENCE_TAGS:
-                kept += block + [line]
-            lang = None
-        else:
-            block.append(line)
-    return "\n".join(kept + (block if lang is not None else []))
 
 
 def parse_tester_answer(text: str) -> ParseResult:
@@ -503,7 +475,9 @@ class CodeEnv(TextParallelEnv):
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],
                      raw: Mapping[str, str]) -> StageOutcome:
         code = parsed["coder"]
-        tests = (parse_tester_answer(_outside_python_blocks(raw["coder"])) if self.single_agent
+        # Alone, its own tests are read outside its code blocks: a solution line such as
+        # ``input = sys.stdin.readline`` would otherwise read as a test label.
+        tests = (parse_tester_answer(split_python_blocks(raw["coder"])[1]) if self.single_agent
                  else parsed["tester"])
         kept: tuple[TestCase, ...] = ()
         if tests.ok:

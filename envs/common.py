@@ -37,13 +37,14 @@ def clip_text(text: str, limit: int = REPORT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + " ...[truncated]"
 
 
-def extract_python_code(text: str) -> ParseResult:
-    """The LAST complete ```python (or ```py / ```python3) fenced block of a response.
+def split_python_blocks(text: str) -> tuple[list[str], str]:
+    """The complete ```python (or ```py / ```python3) fenced blocks of ``text``, and the text
+    outside them (blocks in other languages and an unclosed block stay outside).
 
     A line scanner, not a regex, so hostile input (thousands of unclosed fences) stays linear.
-    Blocks in other languages are skipped; an unclosed block does not count.
     """
     blocks: list[str] = []
+    outside: list[str] = []
     lang: str | None = None
     body: list[str] = []
     for line in text.split("\n"):
@@ -52,13 +53,26 @@ def extract_python_code(text: str) -> ParseResult:
         tag = stripped.lstrip("`").strip().lower() if fence else ""
         if lang is None:
             if fence:
-                lang, body = tag, []
+                lang, body = tag, [line]
+            else:
+                outside.append(line)
         elif fence and not tag:
             if lang in PYTHON_FENCE_TAGS:
-                blocks.append("\n".join(body))
+                blocks.append("\n".join(part.rstrip("\r") for part in body[1:]))
+            else:
+                outside += body + [line]
             lang = None
         else:
-            body.append(line.rstrip("\r"))
+            body.append(line)
+    if lang is not None:
+        outside += body
+    return blocks, "\n".join(outside)
+
+
+def extract_python_code(text: str) -> ParseResult:
+    """The LAST complete ```python (or ```py / ```python3) fenced block of a response
+    (:func:`split_python_blocks`)."""
+    blocks, _ = split_python_blocks(text)
     if not blocks:
         return ParseResult(error="no complete ```python code block")
     if not blocks[-1].strip():
