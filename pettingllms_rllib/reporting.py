@@ -140,6 +140,21 @@ def _decoding(record: Mapping[str, Any]) -> str:
     return f"{decoding}, no search"
 
 
+def _parse_error_cell(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """Each agent's parse-error rate, mean over the seeds that recorded it (``agent rate``,
+    agents sorted): whether a role produces usable actions at all is the first thing training
+    changes in a small model, and success alone hides it."""
+    rates: dict[str, list[float]] = {}
+    for summary in summaries:
+        for agent, stats in (summary.get("agents") or {}).items():
+            if stats.get("parse_error_rate") is not None:
+                rates.setdefault(agent, []).append(float(stats["parse_error_rate"]))
+    if not rates:
+        return MISSING
+    return ", ".join(f"{agent} {statistics.fmean(values):.3f}"
+                     for agent, values in sorted(rates.items()))
+
+
 def _ks(records: Sequence[Mapping[str, Any]], key: str) -> list[str]:
     return [str(k) for k in sorted({int(k) for r in records for k in r["summary"].get(key, {})})]
 
@@ -152,7 +167,8 @@ def arm_table(records: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per arm (per evaluation setting), aggregating its seeds.
 
     Columns: arm, task, n seeds, success rate mean ± std over seeds, each seed's success rate,
-    pass@k and mean@k (mean ± std) for every k in any record, mean turns, training budget
+    pass@k and mean@k (mean ± std) for every k in any record, mean turns, each agent's mean
+    parse-error rate, training budget
     (iterations and generated tokens: the value, a min..max range if seeds differ, ``-`` when
     null), decoding + search. A metric some seeds lack is averaged over those that have it,
     with ``(n=...)`` saying how many.
@@ -162,7 +178,7 @@ def arm_table(records: Sequence[Mapping[str, Any]]) -> str:
     pass_ks, mean_ks = _ks(records, "pass_at_k"), _ks(records, "mean_at_k")
     header = (["arm", "task", "n seeds", "success (mean ± std)", "success per seed"]
               + [f"pass@{k}" for k in pass_ks] + [f"mean@{k}" for k in mean_ks]
-              + ["turns", "train iterations", "train generated tokens", "decoding / search"])
+              + ["turns", "parse errors (mean)", "train iterations", "train generated tokens", "decoding / search"])
     rows = [header, ["---"] * len(header)]
     for (arm, *_), members in group_by_arm(records).items():
         n = len(members)
@@ -177,6 +193,7 @@ def arm_table(records: Sequence[Mapping[str, Any]]) -> str:
         row += [_mean_std_cell([s.get("mean_at_k", {}).get(k) for s in summaries], n)
                 for k in mean_ks]
         row.append(_mean_std_cell([s.get("turns_mean") for s in summaries], n, digits=2))
+        row.append(_parse_error_cell(summaries))
         row.append(_budget_cell([b.get("iterations") for b in budgets]))
         row.append(_budget_cell([b.get("generated_tokens") for b in budgets], thousands=True))
         row.append(_decoding(members[0]))

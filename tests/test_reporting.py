@@ -10,7 +10,7 @@ from pettingllms_rllib.reporting import (arm_table, build_report, find_eval_file
 
 
 def record(arm, seed, success, *, pass4=None, turns=2.0, budget=None, decoding="greedy",
-           search=False, task="plan_path_v0"):
+           search=False, task="plan_path_v0", parse_errors=0.05):
     """An eval record in the shared format, with hand-picked numbers."""
     summary = {"num_tasks": 4, "samples_per_task": 4, "num_episodes": 16,
                "success_rate": success, "success_ci95": [max(0.0, success - 0.2),
@@ -20,7 +20,8 @@ def record(arm, seed, success, *, pass4=None, turns=2.0, budget=None, decoding="
                "pass_at_k_ci95": {"1": [0.0, 1.0], "4": [0.0, 1.0]},
                "turns_mean": turns,
                "agents": {"planner": {"return_mean": 0.1, "reward_team_mean": 0.1,
-                                      "reward_local_mean": 0.0, "parse_error_rate": 0.05}}}
+                                      "reward_local_mean": 0.0,
+                                      "parse_error_rate": parse_errors}}}
     return {"label": f"{arm}/seed={seed}", "arm": arm, "seed": seed, "task": task,
             "env_config": {}, "checkpoint": None, "model": "smollm2-135m-instruct",
             "mapping": {"tool": "tool", "planner": "planner"}, "decoding": decoding,
@@ -104,6 +105,14 @@ def test_settings_are_not_averaged_and_partial_budgets_are_marked():
     assert greedy["train generated tokens"] == "123,456 (2 null)"
     assert sampled["n seeds"] == "1" and sampled["success (mean ± std)"] == "0.800"
     assert sampled["decoding / search"] == "sample (T=1), search K=4"
+
+
+def test_parse_errors_are_averaged_per_agent_over_seeds():
+    records = [record("a", 1, 0.5, parse_errors=0.25), record("a", 2, 0.5, parse_errors=0.75)]
+    records[1]["summary"]["agents"]["tool"] = {"parse_error_rate": 1.0}
+    assert by_arm(arm_table(records))["a"]["parse errors (mean)"] == "planner 0.500, tool 1.000"
+    del records[0]["summary"]["agents"], records[1]["summary"]["agents"]
+    assert by_arm(arm_table(records))["a"]["parse errors (mean)"] == "-"
 
 
 def test_missing_k_is_averaged_over_the_seeds_that_have_it():
