@@ -208,8 +208,14 @@ def _causal_lm(model):
     return model.get() if isinstance(model, _ActivatedModel) else model
 
 
-def evaluate(policies: Policies, settings: EvalSettings) -> list[EpisodeSummary]:
-    """Run every (task, sample) episode; episodes come back task by task, samples in order."""
+def evaluate(policies: Policies, settings: EvalSettings, *,
+             transcript: list[dict[str, Any]] | None = None) -> list[EpisodeSummary]:
+    """Run every (task, sample) episode; episodes come back task by task, samples in order.
+
+    ``transcript``, when given, receives one dict per generated response (with search: all K
+    candidates, the continued one ``selected``): what each agent saw and said, and its score.
+    Success rates say *whether* a team works; the transcript says *what* it learned to say.
+    """
     from pettingllms_rllib.engines.hf_engine import HFEngine
 
     env = make_text_env(settings.env, dict(settings.env_config))
@@ -234,23 +240,37 @@ def evaluate(policies: Policies, settings: EvalSettings) -> list[EpisodeSummary]
             result = sampler.run(roots)
         for seed, episode in zip(settings.eval_seeds, result.episodes):
             by_task[seed].append(episode)
+        if transcript is not None:
+            transcript.extend(_transcript_entry(record, sample) for record in result.records)
         logger.info("evaluation sample %d/%d: success %.3f", sample + 1,
                     settings.samples_per_task,
                     sum(e.success for e in result.episodes) / len(result.episodes))
     return [episode for seed in settings.eval_seeds for episode in by_task[seed]]
 
 
+def _transcript_entry(record, sample: int) -> dict[str, Any]:
+    key = record.group_key
+    return {"task": key.task, "sample": sample, "agent": key.agent, "turn": key.turn,
+            "stage": key.stage, "branch": record.branch, "selected": record.selected,
+            "prompt": record.prompt_text, "response": record.response_text,
+            "reward": record.reward, "reward_team": record.reward_team,
+            "reward_local": record.reward_local, "success": record.success,
+            "parse_error": record.parse_error}
+
+
 def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Path, *,
                    label: str, arm: str | None = None, seed: int | None = None,
                    training_budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Evaluate, then write ``eval.json`` (settings + summary) and ``episodes.csv`` (one row
-    per episode) into ``out_dir``; returns the record. Format: see ``metrics.summarize``."""
+    """Evaluate, then write ``eval.json`` (settings + summary), ``episodes.csv`` (one row per
+    episode) and ``transcripts.jsonl`` (every response, see :func:`evaluate`) into
+    ``out_dir``; returns the record. Format: see ``metrics.summarize``."""
     import csv
     import json
 
     from pettingllms_rllib.evaluation.metrics import episodes_csv_rows, summarize
 
-    episodes = evaluate(policies, settings)
+    transcript: list[dict[str, Any]] = []
+    episodes = evaluate(policies, settings, transcript=transcript)
     summary = summarize(episodes, samples_per_task=settings.samples_per_task)
     record = {
         "label": label, "arm": arm or label, "seed": seed,
@@ -274,6 +294,8 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    with open(out_dir / "transcripts.jsonl", "w") as handle:
+        handle.writelines(json.dumps(entry) + "\n" for entry in transcript)
     return record
 
 

@@ -1,6 +1,7 @@
 """The evaluator: a fixed evaluation set disjoint from training, deterministic greedy runs,
 search on/off, the role swap, and the clear errors for wrong roles or an empty set."""
 
+import csv
 import json
 
 import pytest
@@ -109,6 +110,27 @@ def test_run_evaluation_writes_the_record_and_one_csv_row_per_episode(policies, 
     assert stored["summary"]["num_episodes"] == 6 and "2" in stored["summary"]["pass_at_k"]
     rows = (tmp_path / "out" / "episodes.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 6
+
+
+def test_the_transcript_holds_every_response_and_marks_the_continued_candidates(policies,
+                                                                               tmp_path):
+    run_evaluation(policies, settings(decoding="sample", search=True, num_branches=3),
+                   tmp_path / "out", label="searched")
+    lines = (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    groups = {(e["task"], e["sample"], e["agent"], e["turn"], e["stage"]) for e in entries}
+    assert len(entries) == 3 * len(groups)  # K candidates per acted (task, agent, turn)
+    assert sorted(e["branch"] for e in entries) == sorted(list(range(3)) * len(groups))
+    for group in groups:  # exactly one candidate of each group continued the episode
+        assert sum(e["selected"] for e in entries
+                   if (e["task"], e["sample"], e["agent"], e["turn"], e["stage"]) == group) == 1
+    assert {e["task"] for e in entries} == {f"toy_score_v0/seed={s}" for s in
+                                            settings().eval_seeds}
+    assert all(e["prompt"] and isinstance(e["response"], str) for e in entries)
+    with open(tmp_path / "out" / "episodes.csv") as handle:  # the greedy path's actions
+        actions = sum(int(value) for row in csv.DictReader(handle)
+                      for column, value in row.items() if column.endswith("/actions"))
+    assert sum(e["selected"] for e in entries) == actions
 
 
 def test_the_eval_command_evaluates_the_base_model_and_fails_cleanly(policies, tmp_path):
