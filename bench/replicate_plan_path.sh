@@ -4,6 +4,10 @@
 #   bench/replicate_plan_path.sh                      # everything, 3 seeds (hours on 2 cores)
 #   SEEDS="0" ARMS="atgrpo_per_role vanilla_grpo" TASKS=16 bench/replicate_plan_path.sh
 #   EXTRA_SET='stop={training_iteration: 1}' ...      # extra --set overrides for every training
+#   SEEDS=1 SUMMARY=0 bench/replicate_plan_path.sh & SEEDS=2 SUMMARY=0 bench/replicate_plan_path.sh
+#                                                     # seeds in parallel (a training uses one
+#                                                     # core), then once without SUMMARY=0 (it
+#                                                     # reuses every finished training)
 #
 # For every arm and seed: train with tune_configs/baselines/plan_path_<arm>_cpu.yaml (all arms
 # stop at the same generated-token budget), evaluate the LAST checkpoint (no checkpoint is picked
@@ -19,6 +23,7 @@ ARMS=${ARMS:-"atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"}
 TASKS=${TASKS:-64}
 CLI=${CLI:-.venv/bin/pettingllms-rllib}
 EXTRA_SET=${EXTRA_SET:-}
+SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines, report, plot)
 ENV_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact"}'
 SOLO_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact", "single_agent": true}'
 
@@ -47,6 +52,7 @@ for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at
   done
 done
 
+if [ "$SUMMARY" = 0 ]; then exit 0; fi
 "$CLI" eval --base-model smollm2-135m-instruct --env plan_path_v0 --env-config "$ENV_CONFIG" \
   --max-new-tokens 16 --num-tasks "$TASKS" --arm prompt_only --label prompt_only \
   --out "$OUT/eval/prompt_only"
