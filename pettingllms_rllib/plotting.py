@@ -353,7 +353,11 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     key_ax.text(0.0, 0.0, f"line: mean over an arm's seeds\nband: {BAND}\n"
                           "linestyle: agent / module", transform=key_ax.transAxes, fontsize=8,
                 va="bottom")
-    names = ", ".join(d.name for d in run_dirs)
+    # One entry per distinct folder name (seed folders of one arm share it), shortened so a
+    # grid of many runs still gives a readable title; the legend names every arm.
+    names = ", ".join(dict.fromkeys(d.name for d in run_dirs))
+    if len(names) > 90:
+        names = f"{len(arms)} arms"
     fig.suptitle(f"AT-GRPO: {names}  (mean over seeds, band = {BAND})")
     fig.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
