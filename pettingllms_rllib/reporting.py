@@ -168,17 +168,17 @@ def arm_table(records: Sequence[Mapping[str, Any]]) -> str:
 
     Columns: arm, task, n seeds, success rate mean ± std over seeds, each seed's success rate,
     pass@k and mean@k (mean ± std) for every k in any record, mean turns, each agent's mean
-    parse-error rate, training budget
-    (iterations and generated tokens: the value, a min..max range if seeds differ, ``-`` when
-    null), decoding + search. A metric some seeds lack is averaged over those that have it,
-    with ``(n=...)`` saying how many.
+    parse-error rate, training budget (iterations and generated tokens: the value, a min..max
+    range if seeds differ, ``-`` when null), decoding + search. A metric some seeds lack is
+    averaged over those that have it, with ``(n=...)`` saying how many.
     """
     if not records:
         raise ValueError("no eval records to tabulate")
     pass_ks, mean_ks = _ks(records, "pass_at_k"), _ks(records, "mean_at_k")
     header = (["arm", "task", "n seeds", "success (mean ± std)", "success per seed"]
               + [f"pass@{k}" for k in pass_ks] + [f"mean@{k}" for k in mean_ks]
-              + ["turns", "parse errors (mean)", "train iterations", "train generated tokens", "decoding / search"])
+              + ["turns", "parse errors (mean)", "train iterations", "train generated tokens",
+                 "decoding / search"])
     rows = [header, ["---"] * len(header)]
     for (arm, *_), members in group_by_arm(records).items():
         n = len(members)

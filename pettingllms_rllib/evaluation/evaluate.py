@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import torch
 
+from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
@@ -248,7 +249,7 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
     return [episode for seed in settings.eval_seeds for episode in by_task[seed]]
 
 
-def _transcript_entry(record, sample: int) -> dict[str, Any]:
+def _transcript_entry(record: SampleRecord, sample: int) -> dict[str, Any]:
     key = record.group_key
     return {"task": key.task, "sample": sample, "agent": key.agent, "turn": key.turn,
             "stage": key.stage, "branch": record.branch, "selected": record.selected,
