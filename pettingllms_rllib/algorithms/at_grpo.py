@@ -125,7 +125,8 @@ class ATGRPO(Algorithm):
 
         batch = MultiAgentBatch(
             {mid: SampleBatch(cols) for mid, cols in batches_per_module(
-                trained, self._pad_token_id()).items()},
+                trained, self._pad_token_id(),
+                shared_prefix=bool(cfg.shared_prefix_training)).items()},
             env_steps=len(trained))
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             learner_results = self.learner_group.update(

@@ -139,11 +139,21 @@ class ATGRPOConfig(AlgorithmConfig):
         self.clip_eps_high = 0.28
         #: Dual-clip constant for negative advantages (None disables).
         self.dual_clip = 3.0
+        #: Learner batches hold each distinct prompt once with its K responses after it, so
+        #: the prompt's forward and backward run once per group instead of once per candidate
+        #: (same loss and gradients; 3x learner throughput on the main job, bench/RESULTS.md).
+        #: False = one row per sample (needed for attention kernels without custom masks,
+        #: e.g. flash-attention).
+        self.shared_prefix_training = True
 
         # --- RLlib defaults we change
         self.env_runner_cls = LLMEnvRunner
         self.lr = 1e-5
+        #: Passes over each module's rows per update; every row is used exactly this often
+        #: (``core/minibatching.py``, not RLlib's cyclic iterator).
         self.num_epochs = 1
+        #: Samples (responses) per learner step and module; a minibatch is whole prompt groups.
+        #: None = a module's whole batch in one step.
         self.minibatch_size = None
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
@@ -171,7 +181,7 @@ class ATGRPOConfig(AlgorithmConfig):
                  advantage_normalization=NotProvided, advantage_scale_scope=NotProvided,
                  drop_zero_variance_groups=NotProvided, advantage_eps=NotProvided,
                  clip_eps_low=NotProvided, clip_eps_high=NotProvided, dual_clip=NotProvided,
-                 **kwargs) -> "ATGRPOConfig":
+                 shared_prefix_training=NotProvided, **kwargs) -> "ATGRPOConfig":
         """AT-GRPO knobs plus RLlib's (``lr``, ``grad_clip``, ``num_epochs``, ...)."""
         super().training(**kwargs)
         self._set_provided({k: v for k, v in locals().items() if k != "kwargs"})

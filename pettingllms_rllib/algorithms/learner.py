@@ -17,12 +17,20 @@ build, as DDP does. It does not overlap communication with the backward pass as 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.loss import clipped_token_loss
+from pettingllms_rllib.core.minibatching import plan_minibatches
 from pettingllms_rllib.models.rl_modules import TOKEN_LOGP
+
+#: Learner metric: gradient steps a module took in one update (one per minibatch it was in).
+NUM_GRADIENT_STEPS = "num_gradient_steps"
+#: Learner metric: samples a module's loss saw in one update (rows x epochs, counted in samples).
+NUM_SAMPLES_TRAINED = "num_samples_trained"
 
 
 #: Elements per all-reduce when averaging gradients (256 MiB of fp32): bounds the extra memory.
@@ -42,8 +50,69 @@ def _buckets(params: list[torch.nn.Parameter], max_elements: int):
         yield bucket
 
 
+def samples_per_row(module_batch) -> np.ndarray:
+    """Samples in each row: the packed group size (``num_samples``), else 1 per row."""
+    if "num_samples" in module_batch:
+        counts = module_batch["num_samples"]
+        return np.asarray(counts.cpu() if isinstance(counts, torch.Tensor) else counts)
+    return np.ones(len(module_batch), dtype=np.int64)
+
+
+def _trimmed_rows(module_batch, rows: np.ndarray) -> SampleBatch:
+    """The given rows of a module's batch, without the padding columns they all share at the
+    right (rows are padded to the module's longest; a minibatch only to its own)."""
+    index = torch.as_tensor(rows, dtype=torch.long)
+    columns = {key: value[index.to(value.device)] for key, value in module_batch.items()}
+    real = (columns["segment_ids"] >= 0) if "segment_ids" in columns else (
+        columns["attention_mask"] > 0)
+    width = int(real.any(dim=0).nonzero().max()) + 1 if real.any() else 1
+    return SampleBatch({key: value[:, :width] if value.dim() == 2 else value
+                        for key, value in columns.items()})
+
+
 class ATGRPOTorchLearner(TorchLearner):
     """Clipped token-level GRPO loss per module, AdamW over trainable parameters."""
+
+    @override(TorchLearner)
+    def _create_iterator_if_necessary(self, *, training_data, num_total_minibatches=0,
+                                      num_epochs=1, minibatch_size=None,
+                                      shuffle_batch_per_epoch=False, **kwargs):
+        """Per-module minibatches (``core/minibatching.py``) instead of RLlib's cyclic
+        iterator: each module's rows are used exactly ``num_epochs`` times, and a minibatch is
+        whole rows (shared-prefix groups) of at most ``minibatch_size`` samples."""
+        if training_data.data_iterators:
+            raise ValueError("ATGRPOTorchLearner trains from batches, not Ray Data iterators")
+        batch = self._make_batch_if_necessary(training_data=training_data)
+        batches = {module_id: module_batch for module_id, module_batch
+                   in batch.policy_batches.items()
+                   if self.should_module_be_updated(module_id, batch) and len(module_batch)}
+        rng = np.random.default_rng([int(self.config.seed or 0), int(self._weights_seq_no)])
+        steps = plan_minibatches({m: samples_per_row(b) for m, b in batches.items()},
+                                 num_epochs=num_epochs, minibatch_size=minibatch_size,
+                                 shuffle=bool(shuffle_batch_per_epoch), rng=rng)
+        for module_id, module_batch in batches.items():
+            counts = samples_per_row(module_batch)
+            self.metrics.log_dict({
+                (module_id, NUM_GRADIENT_STEPS): sum(module_id in step for step in steps),
+                (module_id, NUM_SAMPLES_TRAINED): int(sum(
+                    counts[step[module_id]].sum() for step in steps if module_id in step)),
+            }, window=1)
+        num_steps = self._agreed_num_steps(len(steps))
+        return [MultiAgentBatch({m: _trimmed_rows(batches[m], rows) for m, rows in step.items()},
+                                env_steps=batch.env_steps())
+                for step in steps] + [MultiAgentBatch({}, env_steps=0)] * (num_steps - len(steps))
+
+    def _agreed_num_steps(self, local_steps: int) -> int:
+        """With several learners every one must take the same number of steps (each step ends
+        in a gradient all-reduce): the largest shard's count; shorter shards add empty steps,
+        which contribute zero gradients."""
+        if self.config.num_learners <= 1:
+            return local_steps
+        import torch.distributed as dist
+
+        count = torch.tensor([local_steps], dtype=torch.long, device=self._device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return int(count.item())
 
     @override(TorchLearner)
     def build(self) -> None:

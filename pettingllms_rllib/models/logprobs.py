@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["response_logprobs", "reference_response_logprobs", "position_ids_from_mask",
-           "unwrap_peft"]
+__all__ = ["response_logprobs", "packed_response_logprobs", "shared_prefix_attention_mask",
+           "reference_response_logprobs", "position_ids_from_mask", "unwrap_peft"]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -71,6 +71,31 @@ def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | 
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+def _head_logprobs(model, head, states: torch.Tensor, targets: torch.Tensor,
+                   temperature: float, chunk_size: int) -> torch.Tensor:
+    """Log-probs of ``targets`` [N] given hidden ``states`` [N, H], through the LM head in
+    checkpointed chunks (see the module docstring)."""
+    softcap = _softcap(model.config)
+    use_checkpoint = torch.is_grad_enabled() and states.requires_grad
+    pieces = []
+    for start in range(0, states.shape[0], chunk_size):
+        chunk = (head, states[start:start + chunk_size], targets[start:start + chunk_size],
+                 temperature, softcap)
+        if use_checkpoint:
+            pieces.append(checkpoint(_chunk_logprobs, *chunk, use_reentrant=False))
+        else:
+            pieces.append(_chunk_logprobs(*chunk))
+    return torch.cat(pieces) if pieces else states.new_zeros(0, dtype=torch.float32)
+
+
+def _decoder_and_head(causal_lm):
+    model = unwrap_peft(causal_lm)
+    head = model.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(model).__name__} has no output embeddings (LM head)")
+    return model, model.get_decoder(), head
+
+
 def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       response_mask: torch.Tensor, *, temperature: float = 1.0,
                       chunk_size: int = 1024) -> torch.Tensor:
@@ -90,12 +115,7 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
         ``[B, L]`` float32 log-probs, differentiable w.r.t. the model's trainable parameters.
     """
     _check_inputs(input_ids, attention_mask, response_mask, temperature, chunk_size)
-    model = unwrap_peft(causal_lm)
-    decoder = model.get_decoder()
-    head = model.get_output_embeddings()
-    if head is None:
-        raise TypeError(f"{type(model).__name__} has no output embeddings (LM head)")
-
+    model, decoder, head = _decoder_and_head(causal_lm)
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask,
                      position_ids=position_ids_from_mask(attention_mask),
                      use_cache=False).last_hidden_state
@@ -104,21 +124,92 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
     states = hidden[:, :-1][predicts_response]
     targets = input_ids[:, 1:][predicts_response]
 
-    softcap = _softcap(model.config)
-    use_checkpoint = torch.is_grad_enabled() and states.requires_grad
-    pieces = []
-    for start in range(0, states.shape[0], chunk_size):
-        chunk = (head, states[start:start + chunk_size], targets[start:start + chunk_size],
-                 temperature, softcap)
-        if use_checkpoint:
-            pieces.append(checkpoint(_chunk_logprobs, *chunk, use_reentrant=False))
-        else:
-            pieces.append(_chunk_logprobs(*chunk))
-    flat = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
-
+    flat = _head_logprobs(model, head, states, targets, temperature, chunk_size)
     shifted = torch.zeros(predicts_response.shape, dtype=torch.float32, device=hidden.device)
     shifted = shifted.masked_scatter(predicts_response, flat)
     return torch.nn.functional.pad(shifted, (1, 0))
+
+
+#: Attention implementations that accept the custom 4-D mask of a shared-prefix row.
+SHARED_PREFIX_ATTENTION = ("sdpa", "eager")
+
+
+def shared_prefix_attention_mask(segment_ids: torch.Tensor, *, boolean: bool,
+                                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The ``[G, 1, L, L]`` attention mask of packed rows ``prompt, response_1 .. response_n``.
+
+    ``segment_ids[g, t]`` is 0 on the prompt, k on response k and -1 on padding. A token sees
+    earlier tokens of its own segment and, for responses, the whole prompt before it: exactly
+    what it sees in its own ``prompt + response`` row. Every position also sees itself, so no
+    row of the mask is empty (an all-masked softmax row is NaN in SDPA, and a NaN in a padding
+    row would reach real gradients through the attention backward). ``boolean`` gives True =
+    attend (SDPA); otherwise an additive mask of ``dtype`` (eager attention).
+    """
+    length = segment_ids.shape[1]
+    query, key = segment_ids.unsqueeze(2), segment_ids.unsqueeze(1)
+    positions = torch.arange(length, device=segment_ids.device)
+    causal = positions.unsqueeze(1) >= positions.unsqueeze(0)
+    allowed = causal & (query >= 0) & (key >= 0) & ((key == 0) | (key == query))
+    allowed |= torch.eye(length, dtype=torch.bool, device=segment_ids.device)
+    allowed = allowed.unsqueeze(1)
+    if boolean:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=segment_ids.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min)
+
+
+def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                             segment_ids: torch.Tensor, response_mask: torch.Tensor, *,
+                             temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
+    """:func:`response_logprobs` for shared-prefix rows (``core.batching.pack_records``).
+
+    The prompt of a row runs through the decoder once and its n responses on top of it, each
+    masked from the others (:func:`shared_prefix_attention_mask`) and placed at the positions
+    it has after the prompt, so every response token gets the log-prob, and every parameter the
+    gradient, of the per-row computation; the prompt's activations receive the sum of the
+    responses' gradients, as its n copies would. The first token of a response is predicted
+    by the prompt's last hidden state, the others by their own previous token.
+
+    Args:
+        causal_lm: a transformers causal LM (SDPA or eager attention), optionally peft-wrapped.
+        input_ids / position_ids / segment_ids / response_mask: ``[G, L]`` packed rows.
+        temperature / chunk_size: as in :func:`response_logprobs`.
+
+    Returns:
+        ``[G, L]`` float32 log-probs at response positions, 0 elsewhere.
+    """
+    shapes = {tuple(t.shape) for t in (input_ids, position_ids, segment_ids, response_mask)}
+    if input_ids.dim() != 2 or len(shapes) != 1:
+        raise ValueError(f"packed columns must share one [G, L] shape, got {sorted(shapes)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    model, decoder, head = _decoder_and_head(causal_lm)
+    implementation = getattr(model.config, "_attn_implementation", "eager")
+    if implementation not in SHARED_PREFIX_ATTENTION:
+        raise ValueError(f"shared-prefix training needs one of {SHARED_PREFIX_ATTENTION} "
+                         f"attention, the model uses {implementation!r}; set "
+                         f"training(shared_prefix_training=False)")
+    segments = segment_ids.long()
+    response = response_mask.bool()
+    if (response & (segments <= 0)).any():
+        raise ValueError("response_mask marks prompt or padding positions")
+    mask = shared_prefix_attention_mask(segments, boolean=implementation == "sdpa",
+                                        dtype=decoder.dtype if hasattr(decoder, "dtype")
+                                        else torch.float32)
+    hidden = decoder(input_ids=input_ids, attention_mask=mask, position_ids=position_ids.long(),
+                     use_cache=False).last_hidden_state
+
+    rows, cols = response.nonzero(as_tuple=True)
+    prompt_last = (segments == 0).sum(dim=1) - 1
+    previous = (cols - 1).clamp(min=0)
+    continues = segments[rows, previous] == segments[rows, cols]
+    predictor = torch.where(continues, previous, prompt_last[rows])
+    if (predictor < 0).any():
+        raise ValueError("a response in a packed row has no prompt to condition on")
+    flat = _head_logprobs(model, head, hidden[rows, predictor], input_ids[rows, cols],
+                          temperature, chunk_size)
+    out = torch.zeros(response.shape, dtype=torch.float32, device=hidden.device)
+    return out.index_put((rows, cols), flat)
 
 
 def reference_response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -25,7 +25,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
-from pettingllms_rllib.models.logprobs import response_logprobs
+from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
 TOKEN_LOGP = "token_logp"
 
@@ -77,10 +77,16 @@ class CausalLMRLModule(TorchRLModule):
         autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
                     torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
         with autocast:
-            logp = response_logprobs(
-                self.causal_lm, input_ids, batch["attention_mask"].long(),
-                batch["response_mask"], temperature=self.temperature,
-                chunk_size=self.logprob_chunk_size)
+            if "segment_ids" in batch:  # shared-prefix rows (core.batching.pack_records)
+                logp = packed_response_logprobs(
+                    self.causal_lm, input_ids, batch["position_ids"], batch["segment_ids"],
+                    batch["response_mask"], temperature=self.temperature,
+                    chunk_size=self.logprob_chunk_size)
+            else:
+                logp = response_logprobs(
+                    self.causal_lm, input_ids, batch["attention_mask"].long(),
+                    batch["response_mask"], temperature=self.temperature,
+                    chunk_size=self.logprob_chunk_size)
         return {TOKEN_LOGP: logp.float()}
 
     # RLlib's default get_state converts to numpy, which fails on bf16: keep torch tensors.
