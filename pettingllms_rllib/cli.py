@@ -27,6 +27,8 @@ PROGRESS_COLUMNS = {
     "env_runners/episode_return_mean": "return",
     "at_grpo/zero_variance_group_fraction": "zero_var",
     "time_this_iter_s": "iter_s",
+    "at_grpo/time_share/generate": "gen_share",
+    "at_grpo/time_share/learner": "learn_share",
 }
 
 

@@ -6,9 +6,11 @@ over its seeds with a min-max band: with the 3-5 seeds these runs afford, the ba
 seed's curve, where a std band would be an unreliable estimate from so few points. A one-trial
 arm is a plain line.
 
-Five panels: success rate, per-agent episode return, turns per episode, share of zero-variance
-groups (no learning signal), and the learner's policy-vs-behaviour probability ratio per module
-(drift from the sampling policy). Columns a run does not log are skipped. The plotted numbers go
+Six panels: success rate, per-agent episode return, turns per episode, share of zero-variance
+groups (no learning signal), the learner's policy-vs-behaviour probability ratio per module
+(drift from the sampling policy), and where each iteration's seconds went (generate, env and
+sandbox, advantages and batching, learner, weight sync, other: stacked for a single arm, the
+total per arm otherwise). Columns a run does not log are skipped. The plotted numbers go
 to a JSON beside the PNG so they can be quoted without reopening the CSVs.
 """
 
@@ -33,6 +35,10 @@ AGENT_REWARD_PREFIX = "env_runners/agent/"
 AGENT_REWARD_SUFFIX = "/episode_return_mean"
 AGENT_RETURN = re.compile(r"^env_runners/agent/([^/]+)/episode_return_mean$")
 MODULE_RATIO = re.compile(r"^learners/([^/]+)/policy_behaviour_ratio$")
+#: Seconds of one part of an iteration (``pettingllms_rllib.core.timing.TIME_PARTS``).
+TIME_PART = re.compile(r"^at_grpo/time_s/([^/]+)$")
+ITERATION_SECONDS = "at_grpo/iteration_s"
+TIME_PARTS = ("generate", "env", "advantages", "learner", "weight_sync", "other")
 ALL_MODULES = "__all_modules__"
 GRID_KEY = "__grid__"  # same as pettingllms_rllib.algorithms.config.GRID_KEY (no ray import here)
 BAND = "min-max over seeds"
@@ -255,11 +261,15 @@ def _panel_series(trials: Sequence[Trial]) -> list[tuple[int, str, str]]:
     series.append((3, "zero_variance_group_fraction", ZERO_VARIANCE))
     series += [(4, f"{module}/policy_behaviour_ratio", column)
                for module, column in _columns(trials, MODULE_RATIO).items()]
+    series.append((5, "iteration_s", ITERATION_SECONDS))
+    parts = _columns(trials, TIME_PART)
+    series += [(5, f"time_s/{part}", parts[part]) for part in TIME_PARTS if part in parts]
     return series
 
 
 PANELS = ("success rate", "per-agent episode return", "turns per episode",
-          "zero-variance group share", "policy / behaviour prob ratio (per module)")
+          "zero-variance group share", "policy / behaviour prob ratio (per module)",
+          "seconds per iteration, by part")
 
 
 # ------------------------------------------------------------------------------------ plot
@@ -289,7 +299,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
             "no trial with rows in progress.csv under " + ", ".join(str(d) for d in run_dirs))
     arms = group_trials(trials, group_by)
 
-    fig, axes = plt.subplots(2, 3, figsize=(17, 8.5))
+    fig, axes = plt.subplots(2, 4, figsize=(22, 8.5))
     axes = axes.ravel()
     colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
     styles = ("-", "--", ":", "-.")
@@ -305,20 +315,23 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
         iterations = sorted({int(i) for t in members for i in t.frame["training_iteration"]})
         entry: dict[str, Any] = {"training_iteration": iterations}
         spread: dict[str, Any] = {}
+        stack_base = None
         for panel, name, column in _panel_series(members):
             stats = aggregate(members, column)
             if stats is None:
                 continue
             ax = axes[panel]
-            sub = name.split("/")[0] if panel in (1, 4) else None
-            style = style_of.get((panel, sub), "-")
-            line_label = f"{label}: {sub}" if sub else label
             x = stats["training_iteration"]
-            if len(members) > 1:
-                ax.fill_between(x, stats["min"], stats["max"], color=color, alpha=0.18,
-                                linewidth=0)
-            ax.plot(x, stats["mean"], color=color, linestyle=style, marker="o", markersize=3,
-                    label=line_label)
+            if panel == 5:
+                stack_base = _draw_time_part(ax, name, stats, color, len(arms) == 1,
+                                             stack_base)
+            else:
+                sub = name.split("/")[0] if panel in (1, 4) else None
+                if len(members) > 1:
+                    ax.fill_between(x, stats["min"], stats["max"], color=color, alpha=0.18,
+                                    linewidth=0)
+                ax.plot(x, stats["mean"], color=color, linestyle=style_of.get((panel, sub), "-"),
+                        marker="o", markersize=3, label=f"{label}: {sub}" if sub else label)
             drawn[panel] = True
             by_iteration = dict(zip(x, range(len(x))))
             entry[name] = [stats["mean"][by_iteration[i]] if i in by_iteration else None
@@ -339,14 +352,15 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
         ax.set_xlabel("training iteration")
         ax.grid(alpha=0.3)
         if has_data:
-            if title in (PANELS[1], PANELS[4]):
+            if title in (PANELS[1], PANELS[4], PANELS[5]):
                 ax.legend(fontsize=6)
         else:
             ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center",
                     transform=ax.transAxes, color="grey")
     for panel in (0, 3):
         axes[panel].set_ylim(-0.05, 1.05)
-    key_ax = axes[5]
+    key_ax = axes[6]
+    axes[7].axis("off")
     key_ax.axis("off")
     key_ax.legend(handles=legend_handles, loc="upper left", fontsize=7, title="arms",
                   title_fontsize=8, frameon=False)
@@ -365,6 +379,24 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     plt.close(fig)
     out_path.with_suffix(".json").write_text(json.dumps(_json_safe(summary), indent=1))
     return out_path
+
+
+def _draw_time_part(ax, name: str, stats: dict[str, list], color, stacked: bool,
+                    base: np.ndarray | None) -> np.ndarray | None:
+    """One series of the time panel. A single arm: its parts stacked (``base`` is the running
+    top of the stack). Several arms: each arm's total iteration seconds as a line."""
+    x, mean = stats["training_iteration"], np.asarray(stats["mean"], dtype=float)
+    if name == "iteration_s":
+        if not stacked:
+            ax.plot(x, mean, color=color, marker="o", markersize=3)
+        return base
+    if not stacked:
+        return base
+    part = name.split("/", 1)[1]
+    bottom = np.zeros_like(mean) if base is None or len(base) != len(mean) else base
+    ax.bar(x, mean, bottom=bottom, width=0.8, label=part,
+           color=f"C{TIME_PARTS.index(part) % 10}")
+    return bottom + mean
 
 
 def _json_safe(value: Any) -> Any:

@@ -192,3 +192,18 @@ def test_cli_plot(two_arms, tmp_path, monkeypatch):
     assert (tmp_path / "o" / "p.json").exists()
     (tmp_path / "nothing").mkdir()
     assert main(["plot", str(tmp_path / "nothing")]) == 2
+
+
+TIME_COLUMNS = ("at_grpo/iteration_s", "at_grpo/time_s/generate", "at_grpo/time_s/env",
+                "at_grpo/time_s/learner", "at_grpo/time_s/other")
+
+
+def test_iteration_time_parts_are_plotted_and_exported(tmp_path):
+    run = tmp_path / "timed"
+    make_trial(run, "only", base_params(), [10.0, 20.0], columns=COLUMNS + TIME_COLUMNS)
+    curves = read_json(plot_experiment(run, run / "learning_curve.png"))
+    (arm,) = curves.values()
+    offset = len(COLUMNS)  # column k of iteration i is rows[i] + k
+    assert arm["iteration_s"] == pytest.approx([10.0 + offset, 20.0 + offset])
+    assert arm["time_s/generate"] == pytest.approx([11.0 + offset, 21.0 + offset])
+    assert set(arm) >= {"time_s/env", "time_s/learner", "time_s/other"}

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,11 +40,35 @@ from pettingllms_rllib.algorithms.config import ATGRPOConfig
 from pettingllms_rllib.core.advantages import group_advantages
 from pettingllms_rllib.core.batching import batches_per_module
 from pettingllms_rllib.core.records import SampleRecord
+from pettingllms_rllib.core.timing import TIME_PARTS, time_shares
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary
 
 logger = logging.getLogger(__name__)
 
 AT_GRPO_RESULTS = "at_grpo"
+#: ``at_grpo/iteration_s``: this training step's wall-clock seconds.
+ITERATION_SECONDS = "iteration_s"
+#: ``at_grpo/time_s/<part>`` and ``at_grpo/time_share/<part>`` for each part of TIME_PARTS.
+TIME_SECONDS, TIME_SHARE = "time_s", "time_share"
+
+
+class _Stopwatch:
+    """Seconds per named phase of one training step, and the step's elapsed total."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - begin
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
 
 
 class WeightsLagError(RuntimeError):
@@ -100,12 +126,34 @@ class ATGRPO(Algorithm):
     @override(Algorithm)
     def training_step(self) -> None:
         cfg: ATGRPOConfig = self.config
-        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+        clock = _Stopwatch()
+        with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
+                                                    reduce="mean", window=1):
             outputs = self._sample()
         self._check_weights_versions(outputs)
+        with clock("advantages"):
+            batch = self._training_batch(outputs)
+        if batch is not None:
+            with clock("learner"), self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER),
+                                                         reduce="mean", window=1):
+                learner_results = self.learner_group.update(
+                    batch=batch,
+                    timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                    num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
+                    shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
+            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+            with clock("weight_sync"), self.metrics.log_time(
+                    (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
+                self._sync_trained_weights(list(batch.policy_batches))
+        self._log_time_shares(clock, outputs)
+
+    def _training_batch(self, outputs: Sequence[dict[str, Any]]) -> MultiAgentBatch | None:
+        """Advantages over all records, rollout metrics, and the per-module learner batch
+        (None when every group was dropped)."""
+        cfg: ATGRPOConfig = self.config
         records = [r for out in outputs for r in out["records"]]
         episodes = [e for out in outputs for e in out["episodes"]]
-
         result = group_advantages([r.reward for r in records], [r.group_key for r in records],
                                   [r.agent for r in records], cfg.advantage_config)
         for record, advantage in zip(records, result.advantages):
@@ -121,32 +169,41 @@ class ATGRPO(Algorithm):
         }, window=1)
         if not trained:
             logger.warning("no trainable samples this iteration (all groups dropped)")
-            return
-
-        batch = MultiAgentBatch(
+            return None
+        return MultiAgentBatch(
             {mid: SampleBatch(cols) for mid, cols in batches_per_module(
                 trained, self._pad_token_id(),
                 shared_prefix=bool(cfg.shared_prefix_training)).items()},
             env_steps=len(trained))
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            learner_results = self.learner_group.update(
-                batch=batch,
-                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-                num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
-                shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
-        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
-        trained_modules = list(batch.policy_batches)
+    def _sync_trained_weights(self, trained_modules: list[str]) -> None:
         version = int(self.metrics.peek((LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
-        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            if cfg.syncs_full_weights_through_disk:
-                self._sync_weights_through_disk(trained_modules, version)
-            else:
-                self.env_runner_group.sync_weights(
-                    from_worker_or_learner_group=self.learner_group, policies=trained_modules,
-                    inference_only=True)
+        if self.config.syncs_full_weights_through_disk:
+            self._sync_weights_through_disk(trained_modules, version)
+        else:
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group, policies=trained_modules,
+                inference_only=True)
         self._synced_weights_version = version
+
+    def _log_time_shares(self, clock: "_Stopwatch", outputs: Sequence[dict[str, Any]]) -> None:
+        """This iteration's seconds per part (``core/timing.py``), each logged with window 1
+        so the value is this iteration's, not a running average. Runners sample in parallel:
+        the slowest runner's generate and env seconds count."""
+        generate = max((float(o.get("generate_s", 0.0)) for o in outputs), default=0.0)
+        env = max((float(o.get("sample_s", 0.0)) - float(o.get("generate_s", 0.0))
+                   for o in outputs), default=0.0)
+        total = clock.elapsed()
+        parts = time_shares({"generate": generate, "env": env,
+                             "advantages": clock.seconds.get("advantages", 0.0),
+                             "learner": clock.seconds.get("learner", 0.0),
+                             "weight_sync": clock.seconds.get("weight_sync", 0.0)},
+                            total=total)
+        logged = {(AT_GRPO_RESULTS, ITERATION_SECONDS): total}
+        for part in TIME_PARTS:
+            logged[(AT_GRPO_RESULTS, TIME_SECONDS, part)] = parts["seconds"][part]
+            logged[(AT_GRPO_RESULTS, TIME_SHARE, part)] = parts["share"][part]
+        self.metrics.log_dict(logged, window=1)
 
     # ------------------------------------------------------------------ helpers
     def _sync_weights_through_disk(self, module_ids: list[str], version: int) -> None:

@@ -22,6 +22,7 @@ sent.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
+from pettingllms_rllib.core.timing import TimedCall
 from pettingllms_rllib.core.trajectory_sampler import TrajectorySampler
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
@@ -171,13 +173,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     @override(EnvRunner)
     def sample(self, *, num_tasks: int | None = None, task_seeds: list[int] | None = None,
                **kwargs) -> dict[str, Any]:
-        """Run one tree per task; returns records, episode summaries and the weights version."""
+        """Run one tree per task; returns records, episode summaries, the weights version and
+        the seconds spent sampling (``sample_s``), of which ``generate_s`` in the engines."""
         if self.env is None:
             raise RuntimeError("this env runner holds no env/model (a driver-local runner "
                                "next to remote runners); sample on the remote runners")
         if self.serves_with_vllm:
             check_engine_version(self.served_weights_version, self.weights_version,
                                  where=f"env runner {self.worker_index or 0}")
+        start = time.perf_counter()
         seeds = task_seeds if task_seeds is not None else self.draw_task_seeds(
             num_tasks or int(self.config.num_tasks_per_iteration))
         roots = {}
@@ -185,11 +189,12 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             env = self.env.clone()
             env.reset(seed=int(seed))
             roots[f"{self.config.env}/seed={seed}"] = env
+        generate = TimedCall(self._generate)
         if self.config.rollout == "trajectories":  # the vanilla-GRPO baseline
-            sampler = TrajectorySampler(self._generate, self.module_for_agent,
+            sampler = TrajectorySampler(generate, self.module_for_agent,
                                         num_trajectories=int(self.config.num_branches))
         else:
-            sampler = TreeSampler(self._generate, self.module_for_agent,
+            sampler = TreeSampler(generate, self.module_for_agent,
                                   num_branches=int(self.config.num_branches))
         with torch.no_grad():
             result = sampler.run(roots, weights_version=self.served_weights_version)
@@ -197,7 +202,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.num_env_steps_sampled_lifetime += steps
         return {"records": result.records, "episodes": result.episodes,
                 "weights_version": self.served_weights_version,
-                "worker_index": self.worker_index or 0, "env_steps": steps}
+                "worker_index": self.worker_index or 0, "env_steps": steps,
+                "generate_s": generate.seconds, "sample_s": time.perf_counter() - start}
 
     @override(EnvRunner)
     def get_metrics(self) -> dict:

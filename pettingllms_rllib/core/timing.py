@@ -1,0 +1,44 @@
+"""Where an iteration's seconds go: the parts users see in the progress table and the figure.
+
+``generate`` is the engines' sampling, ``env`` the env steps around it (sandboxed programs
+included), ``advantages`` grouping and batching, ``learner`` the update, ``weight_sync`` pushing
+weights to the runners, and ``other`` the rest of the training step (Ray transfers, metrics):
+framework overhead, which should stay a few percent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping
+
+TIME_PARTS = ("generate", "env", "advantages", "learner", "weight_sync", "other")
+
+
+def time_shares(seconds: Mapping[str, float], total: float) -> dict[str, dict[str, float]]:
+    """Seconds and shares of ``total`` per part of :data:`TIME_PARTS`; ``other`` is what the
+    measured parts leave of ``total`` (never below 0).
+
+    Returns ``{"seconds": {part: s}, "share": {part: s / total}}``.
+    """
+    unknown = set(seconds) - set(TIME_PARTS[:-1])
+    if unknown:
+        raise ValueError(f"unknown time parts {sorted(unknown)}; known: {TIME_PARTS[:-1]}")
+    parts = {part: max(0.0, float(seconds.get(part, 0.0))) for part in TIME_PARTS[:-1]}
+    parts["other"] = max(0.0, float(total) - sum(parts.values()))
+    scale = 1.0 / total if total > 0 else 0.0
+    return {"seconds": parts, "share": {part: s * scale for part, s in parts.items()}}
+
+
+class TimedCall:
+    """Wraps a callable and adds the seconds spent in it to :attr:`seconds`."""
+
+    def __init__(self, function: Callable[..., Any]):
+        self.function = function
+        self.seconds = 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
