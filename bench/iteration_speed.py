@@ -2,6 +2,7 @@
 
     python bench/iteration_speed.py engine      # rollout: decode loop vs the baseline engine
     python bench/iteration_speed.py learner     # learner: shared-prefix vs per-row batches
+    python bench/iteration_speed.py sandbox     # env: shared program verdicts vs one run each
     python bench/iteration_speed.py iteration   # one main-job iteration, baseline tree vs this
 
 The baseline is the code at ``--baseline-rev`` (default: the commit before the speed work),
@@ -21,9 +22,14 @@ and once with this one.
   backward + AdamW step of the AT-GRPO loss, per-row rows vs shared-prefix rows, alternating;
   response tokens/s and the largest minibatch's activation memory (bytes of the storages
   autograd saves for backward, the model's weights left out).
-* ``iteration``: ``tune_configs/plan_path_cpu.yaml`` built with ``build_algo`` (no Tune), the
-  first ``--iterations`` iterations, in a fresh subprocess per tree; wall seconds per
-  iteration and, where the tree logs them, the time shares.
+* ``sandbox``: one rollout of 32 main-job tasks x K=4 is recorded, then its engine answers are
+  replayed through the tree sampler with identical programs sharing one sandbox run and
+  without, alternating; env seconds (sampling minus generation), sandbox runs, and whether
+  every reward equals the recording's.
+* ``iteration``: each tree's own ``tune_configs/plan_path_cpu.yaml`` (``--set`` overrides
+  apply to both) built with ``build_algo`` (no Tune), the first ``--iterations`` iterations,
+  in a fresh subprocess per tree; wall seconds per iteration and, where the tree logs them,
+  the time shares.
 """
 
 from __future__ import annotations
@@ -277,6 +283,58 @@ class SavedActivations:
         return tensor
 
 
+# ---------------------------------------------------------------------------------- sandbox
+def bench_sandbox(args) -> dict:
+    """The env side of one rollout of ``--sandbox-tasks`` tasks: the engine's answers are
+    recorded once, then replayed through the tree sampler with shared program verdicts and
+    without, alternating; env seconds (everything but generation) and sandbox runs."""
+    import pettingllms_envs.common as common
+    from pettingllms_envs.common import ProgramVerdicts
+    from pettingllms_rllib.core.timing import TimedCall
+    from pettingllms_rllib.core.tree_sampler import TreeSampler
+    from pettingllms_rllib.engines.base import SamplingConfig
+    from pettingllms_rllib.engines.hf_engine import HFEngine
+    from pettingllms_rllib.models.loading import load_causal_lm, load_tokenizer
+
+    model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
+    engine = HFEngine(tokenizer, SamplingConfig(max_new_tokens=16, temperature=0.7,
+                                                seed=args.seed))
+    recorded = []
+
+    def record(module, prompts, n):
+        recorded.append(engine.generate(model, prompts, n))
+        return recorded[-1]
+
+    def rollout(generate):
+        envs, _ = main_job_env(args.sandbox_tasks, seed=args.seed)
+        timed = TimedCall(generate)
+        sampler = TreeSampler(timed, lambda agent: agent, num_branches=args.samples)
+        start = time.perf_counter()
+        result = sampler.run({f"t{i}": env for i, env in enumerate(envs)})
+        return result, time.perf_counter() - start - timed.seconds
+
+    with torch.no_grad():
+        reference, _ = rollout(record)
+    log(f"sandbox: recorded {len(recorded)} engine calls for {args.sandbox_tasks} tasks")
+    results = {"shared verdicts": [], "one run per candidate": []}
+    for repeat in range(args.repeats):
+        for name, capacity in (("shared verdicts", 256), ("one run per candidate", 0)):
+            verdicts = ProgramVerdicts(capacity)
+            common.PROGRAM_VERDICTS = verdicts
+            replay = iter(recorded)
+            result, env_seconds = rollout(lambda module, prompts, n: next(replay))
+            same = [r.reward for r in result.records] == [r.reward for r in reference.records]
+            results[name].append({"env_seconds": env_seconds, "sandbox_runs": verdicts.runs,
+                                  "shared_hits": verdicts.hits, "same_rewards": same})
+            log(f"sandbox {name}, repeat {repeat}: env {env_seconds:.1f} s, "
+                f"{verdicts.runs} sandbox runs, rewards identical to the recording: {same}")
+    summary = {name: {"env_seconds": float(np.median([r["env_seconds"] for r in runs])),
+                      "runs": runs} for name, runs in results.items()}
+    summary["speedup"] = (summary["one run per candidate"]["env_seconds"]
+                          / summary["shared verdicts"]["env_seconds"])
+    return summary
+
+
 # -------------------------------------------------------------------------------- iteration
 ITERATION_WORKER = r"""
 import json, sys, time
@@ -300,7 +358,8 @@ print("RESULT " + json.dumps(rows, default=float))
 
 def run_iterations(tree: Path, args) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", ITERATION_WORKER, str(MAIN_JOB),
+    config = tree / MAIN_JOB.relative_to(REPO)  # each tree's own main job
+    out = subprocess.run([sys.executable, "-c", ITERATION_WORKER, str(config),
                           str(args.iterations), *args.set], env=env, cwd=tree,
                          capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -325,12 +384,13 @@ def bench_iteration(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("engine", "learner", "iteration"))
+    parser.add_argument("part", choices=("engine", "learner", "sandbox", "iteration"))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--baseline-rev", default=DEFAULT_BASELINE)
     parser.add_argument("--samples", type=int, default=4, help="K")
     parser.add_argument("--engine-tasks", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--learner-tasks", type=int, default=8)
+    parser.add_argument("--sandbox-tasks", type=int, default=32)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="overrides for the iteration part")
     parser.add_argument("--repeats", type=int, default=2)
@@ -340,7 +400,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the JSON result here too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    result = {"engine": bench_engine, "learner": bench_learner,
+    result = {"engine": bench_engine, "learner": bench_learner, "sandbox": bench_sandbox,
               "iteration": bench_iteration}[args.part](args)
     result["threads"] = args.threads
     text = json.dumps(result, indent=1, default=float)

@@ -8,9 +8,11 @@ on one task would be scored by different rules on another.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
+import threading
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
@@ -81,16 +83,63 @@ def extract_python_code(text: str) -> ParseResult:
 
 
 # ------------------------------------------------------------------------------ running code
+class ProgramVerdicts:
+    """The sandbox's verdicts of recent programs, so a program runs once however often it
+    is submitted.
+
+    The K candidates of a tool stage are often the same program (a small model repeats
+    itself), and each is scored on its own env clone: without this they would run K times.
+    A tool program has no input but its code (stdin is empty), so ``(code, limits)`` names its
+    run; identical programs share the first run's verdict (output, exit status, limit hit).
+    Only the default sandbox's verdicts are kept: a user's ``code_runner`` may be stateful or
+    remote, and a runner that raised left nothing to share. Least recently used entries go
+    first beyond ``capacity`` (0 turns sharing off).
+    """
+
+    def __init__(self, capacity: int = 256):
+        self.capacity = int(capacity)
+        self._verdicts: collections.OrderedDict[tuple[str, SandboxLimits], SandboxResult] = (
+            collections.OrderedDict())
+        self._lock = threading.Lock()
+        self.hits = self.runs = 0
+
+    def run(self, code: str, limits: SandboxLimits) -> SandboxResult:
+        key = (code, limits)
+        with self._lock:
+            if key in self._verdicts:
+                self._verdicts.move_to_end(key)
+                self.hits += 1
+                return self._verdicts[key]
+        result = run_python(code, limits=limits)
+        with self._lock:
+            self.runs += 1
+            if self.capacity > 0:
+                self._verdicts[key] = result
+                while len(self._verdicts) > self.capacity:
+                    self._verdicts.popitem(last=False)
+        return result
+
+    def clear(self) -> None:
+        with self._lock:
+            self._verdicts.clear()
+            self.hits = self.runs = 0
+
+
+#: The process's shared verdicts of tool programs run in the default sandbox.
+PROGRAM_VERDICTS = ProgramVerdicts()
+
+
 def run_tool_program(code: str, *, limits: SandboxLimits, runner: CodeRunner | None = None,
                      task_name: str = "task") -> tuple[SandboxResult | None, str | None]:
     """Run a tool agent's program; returns ``(result, None)`` or ``(None, reason)``.
 
+    Identical programs under identical limits run once (:data:`PROGRAM_VERDICTS`).
     ``reason`` is set when the program could not be used: the runner raised (logged, never
     re-raised: an executor failure must not crash a training run) or the program failed
     (non-zero exit, signal, timeout). The caller scores that as an invalid action.
     """
     try:
-        result = runner(code) if runner is not None else run_python(code, limits=limits)
+        result = runner(code) if runner is not None else PROGRAM_VERDICTS.run(code, limits)
     except Exception as exc:
         logger.warning("%s: code runner raised %r", task_name, exc)
         return None, f"The program could not be run ({type(exc).__name__})."
