@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,7 +38,7 @@ from pettingllms_rllib.algorithms.config import ATGRPOConfig
 from pettingllms_rllib.core.advantages import group_advantages
 from pettingllms_rllib.core.batching import batches_per_module
 from pettingllms_rllib.core.records import SampleRecord
-from pettingllms_rllib.core.timing import TIME_PARTS, time_shares
+from pettingllms_rllib.core.timing import TIME_PARTS, Stopwatch, time_shares
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary
 
 logger = logging.getLogger(__name__)
@@ -50,25 +48,6 @@ AT_GRPO_RESULTS = "at_grpo"
 ITERATION_SECONDS = "iteration_s"
 #: ``at_grpo/time_s/<part>`` and ``at_grpo/time_share/<part>`` for each part of TIME_PARTS.
 TIME_SECONDS, TIME_SHARE = "time_s", "time_share"
-
-
-class _Stopwatch:
-    """Seconds per named phase of one training step, and the step's elapsed total."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        begin = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - begin
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
 
 
 class WeightsLagError(RuntimeError):
@@ -126,7 +105,7 @@ class ATGRPO(Algorithm):
     @override(Algorithm)
     def training_step(self) -> None:
         cfg: ATGRPOConfig = self.config
-        clock = _Stopwatch()
+        clock = Stopwatch()
         with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
                                                     reduce="mean", window=1):
             outputs = self._sample()
@@ -186,18 +165,16 @@ class ATGRPO(Algorithm):
                 inference_only=True)
         self._synced_weights_version = version
 
-    def _log_time_shares(self, clock: "_Stopwatch", outputs: Sequence[dict[str, Any]]) -> None:
+    def _log_time_shares(self, clock: Stopwatch, outputs: Sequence[dict[str, Any]]) -> None:
         """This iteration's seconds per part (``core/timing.py``), each logged with window 1
         so the value is this iteration's, not a running average. Runners sample in parallel:
         the slowest runner's generate and env seconds count."""
-        generate = max((float(o.get("generate_s", 0.0)) for o in outputs), default=0.0)
-        env = max((float(o.get("sample_s", 0.0)) - float(o.get("generate_s", 0.0))
-                   for o in outputs), default=0.0)
+        generate = max((float(o["generate_s"]) for o in outputs), default=0.0)
+        env = max((float(o["sample_s"]) - float(o["generate_s"]) for o in outputs), default=0.0)
         total = clock.elapsed()
         parts = time_shares({"generate": generate, "env": env,
-                             "advantages": clock.seconds.get("advantages", 0.0),
-                             "learner": clock.seconds.get("learner", 0.0),
-                             "weight_sync": clock.seconds.get("weight_sync", 0.0)},
+                             **{part: clock.seconds.get(part, 0.0)
+                                for part in ("advantages", "learner", "weight_sync")}},
                             total=total)
         logged = {(AT_GRPO_RESULTS, ITERATION_SECONDS): total}
         for part in TIME_PARTS:

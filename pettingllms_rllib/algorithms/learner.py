@@ -98,9 +98,12 @@ class ATGRPOTorchLearner(TorchLearner):
                     counts[step[module_id]].sum() for step in steps if module_id in step)),
             }, window=1)
         num_steps = self._agreed_num_steps(len(steps))
-        return [MultiAgentBatch({m: _trimmed_rows(batches[m], rows) for m, rows in step.items()},
-                                env_steps=batch.env_steps())
-                for step in steps] + [MultiAgentBatch({}, env_steps=0)] * (num_steps - len(steps))
+        # Built one step at a time: each minibatch is a copy of its rows.
+        for step in steps:
+            yield MultiAgentBatch({m: _trimmed_rows(batches[m], rows) for m, rows in step.items()},
+                                  env_steps=batch.env_steps())
+        for _ in range(num_steps - len(steps)):
+            yield MultiAgentBatch({}, env_steps=0)
 
     def _agreed_num_steps(self, local_steps: int) -> int:
         """With several learners every one must take the same number of steps (each step ends

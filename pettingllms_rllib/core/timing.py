@@ -8,6 +8,7 @@ framework overhead, which should stay a few percent.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Callable, Mapping
 
@@ -42,3 +43,23 @@ class TimedCall:
             return self.function(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
+
+
+class Stopwatch:
+    """Seconds per named phase (``with stopwatch("learner"): ...``) and the total elapsed
+    since it was made."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - begin
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

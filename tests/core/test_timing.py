@@ -2,7 +2,7 @@
 
 import pytest
 
-from pettingllms_rllib.core.timing import TIME_PARTS, TimedCall, time_shares
+from pettingllms_rllib.core.timing import TIME_PARTS, Stopwatch, TimedCall, time_shares
 
 
 def test_other_is_what_the_measured_parts_leave_and_shares_sum_to_one():
@@ -27,3 +27,14 @@ def test_timed_call_adds_up_the_seconds_spent_in_the_function():
     calls = TimedCall(lambda x: x * 2)
     assert calls(4) == 8 and calls(5) == 10
     assert calls.seconds > 0
+
+
+def test_stopwatch_adds_up_each_named_phase_within_the_total():
+    clock = Stopwatch()
+    for _ in range(2):
+        with clock("learner"):
+            sum(range(1000))
+    with clock("generate"):
+        pass
+    assert set(clock.seconds) == {"learner", "generate"}
+    assert 0 < sum(clock.seconds.values()) <= clock.elapsed()
