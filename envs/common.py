@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import math
 import threading
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -152,6 +152,8 @@ class ScoredOutcome(Protocol):
     """A task's score of one answer (e.g. a move list): its reward and a one-line account."""
 
     reward: float
+    #: Whether the answer would solve the task from the current state.
+    solved: bool
 
     def describe(self) -> str: ...
 
@@ -230,6 +232,34 @@ class ToolPlannerEnv(TextParallelEnv):
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         raise NotImplementedError
 
+    def _example_candidates(self) -> Sequence[tuple[str, str]]:
+        """Format examples the prompts may show, in order of preference: pairs of what the
+        tool's program would print and the planner's answer line, for the same answer."""
+        return ()
+
+    def example_answer(self) -> tuple[str, str]:
+        """The first candidate example (printed output, planner line) that does not solve the
+        current state, so copying the prompt's example never solves the instance."""
+        candidates = list(self._example_candidates())
+        if not candidates:
+            raise NotImplementedError(f"{type(self).__name__} shows format examples in its "
+                                      "prompts but defines no _example_candidates()")
+        if self._solved():  # the episode is over: no answer can be rewarded for copying
+            return candidates[0]
+        planner = self.roles["planner"]
+        for printed, line in candidates:
+            parsed = planner.safe_parse(line)
+            if parsed.ok and not self._simulate(parsed.value).solved:
+                return printed, line
+        raise RuntimeError(f"{self.metadata['name']}: every example answer solves this state")
+
+    def prompt_examples(self) -> dict[str, str]:
+        printed, line = self.example_answer()
+        examples = {"planner": line}
+        if "tool" in self.possible_agents:
+            examples["tool"] = f"```python\nprint({printed!r})\n```"
+        return {agent: text for agent, text in examples.items() if agent in self.agents}
+
     def _simulate(self, answer: Any) -> ScoredOutcome:
         raise NotImplementedError
 
@@ -305,3 +335,13 @@ def check_code_runner(runner: Any) -> CodeRunner | None:
     if runner is not None and not callable(runner):
         raise ValueError("code_runner must be callable (code -> SandboxResult)")
     return runner
+
+
+#: Move-list examples for the prompts of move tasks (plan_path, sokoban), in order of
+#: preference; the first that does not solve the current state is shown.
+EXAMPLE_MOVES = ("R D", "D R", "L U", "U L", "R R", "D D", "L L", "U U")
+
+
+def move_examples(moves: Sequence[str] = EXAMPLE_MOVES) -> list[tuple[str, str]]:
+    """(printed, planner line) pairs for :meth:`ToolPlannerEnv._example_candidates`."""
+    return [(m, f"Moves: {m}") for m in moves]

@@ -283,8 +283,14 @@ class AgentAnswer:
     report: str
 
 
-_BOXED_INSTRUCTION = ("Reason step by step, then give the final answer in \\boxed{}, e.g. "
-                      "\\boxed{42} or \\boxed{\\frac{3}{4}}.")
+#: Example final answers shown in the prompts, in order of preference; the first that is not
+#: this problem's answer is shown (copying the example must never be correct).
+EXAMPLE_NUMBERS = ("42", "17", "8")
+
+
+def _boxed_instruction(number: str) -> str:
+    return (f"Reason step by step, then give the final answer in \\boxed{{}}, e.g. "
+            f"\\boxed{{{number}}}.")
 _NO_ANSWER = AgentAnswer(text=None, parsed=(), report="(no answer yet)")
 _NO_PROGRAM = AgentAnswer(text=None, parsed=(), report="(no program)")
 
@@ -515,14 +521,16 @@ class MathEnv(TextParallelEnv):
             return self._observe_alone()
         other = "tool" if agent == "reasoner" else "reasoner"
         question = to_ascii(self.problem.question)
+        number = self.example_number()
         own, theirs = self.answers[agent].report, self.answers[other].report
         if self.prompt_style == "compact":
             lines = [f"Problem: {question}"]
             if self.turn:
                 lines.append(f"Your answer: {clip_text(own, 80)}. "
                              f"Other agent: {clip_text(theirs, 80)}.")
-            lines.append("End with your answer like \\boxed{42}." if agent == "reasoner" else
-                         "Write a ```python block that prints the answer, like: print(42)")
+            lines.append(f"End with your answer like \\boxed{{{number}}}." if agent == "reasoner"
+                         else f"Write a ```python block that prints the answer, like: "
+                              f"print({number})")
             return "\n".join(lines)
         lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
                  question, ""]
@@ -538,25 +546,40 @@ class MathEnv(TextParallelEnv):
                       f"answer: {theirs}",
                       "If the answers differ, check both and decide which is right."]
         if agent == "reasoner":
-            lines.append(_BOXED_INSTRUCTION)
+            lines.append(_boxed_instruction(number))
         else:
             lines.append("Write a Python program in a ```python fenced block that solves the "
                          "problem and prints only the final answer on its last line, e.g. "
-                         "print(42) or print('3/4'). It gets no input and runs in a sandbox "
+                         f"print({number}). It gets no input and runs in a sandbox "
                          f"with a {self.sandbox_limits.wall_time_s:g} s limit.")
         return "\n".join(lines)
+
+    def example_number(self) -> str:
+        """The first of :data:`EXAMPLE_NUMBERS` that is not this problem's answer: the format
+        example the prompts show."""
+        for number in EXAMPLE_NUMBERS:
+            if not math_equal(self.problem.answer, number):
+                return number
+        raise RuntimeError(f"every example number equals the answer {self.problem.answer!r}")
+
+    def prompt_examples(self) -> dict[str, str]:
+        number = self.example_number()
+        examples = {"reasoner": f"\\boxed{{{number}}}", "tool": f"```python\nprint({number})\n```"}
+        return {agent: text for agent, text in examples.items() if agent in self.agents}
 
     def _observe_alone(self) -> str:
         """The single agent's prompt: what its own program printed stands where the tool
         agent's answer would be, so the feedback is of the same kind as in the team."""
         question = to_ascii(self.problem.question)
+        number = self.example_number()
         own, program = self.answers["reasoner"].report, self.answers["tool"].report
         if self.prompt_style == "compact":
             lines = [f"Problem: {question}"]
             if self.turn:
                 lines.append(f"Your answer: {clip_text(own, 80)}. "
                              f"Your program: {clip_text(program, 80)}.")
-            lines.append("You work alone. End with your answer like \\boxed{42}; you may add a "
+            lines.append(f"You work alone. End with your answer like \\boxed{{{number}}}; "
+                         "you may add a "
                          "```python block that prints it, to check it.")
             return "\n".join(lines)
         lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
@@ -570,7 +593,7 @@ class MathEnv(TextParallelEnv):
             lines += [f"Your latest answer: {own}",
                       f"What your latest program printed: {program}",
                       "If they differ, check both and decide which is right."]
-        lines.append(_BOXED_INSTRUCTION)
+        lines.append(_boxed_instruction(number))
         return "\n".join(lines)
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],

@@ -19,7 +19,7 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code)
+    check_sandbox_limits, clip_text, extract_python_code, move_examples)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import ParseResult, Role
 
@@ -199,6 +199,10 @@ class MoveOutcome:
     invalid_move: str | None
     ignored: int
 
+    @property
+    def solved(self) -> bool:
+        return self.reached_goal
+
     def describe(self) -> str:
         parts = [f"{len(self.applied)} move(s) applied, now at {self.position}"]
         if self.invalid_move:
@@ -376,6 +380,7 @@ class PlanPathEnv(ToolPlannerEnv):
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
             return self._observe_compact(agent)
+        example, example_line = self.example_answer()
         task = self.task
         taken = " ".join(self.moves_taken) if self.moves_taken else "none"
         lines = [
@@ -395,31 +400,35 @@ class PlanPathEnv(ToolPlannerEnv):
                 "You are the tool agent. Write a Python program in a ```python fenced block that "
                 "computes the shortest path (e.g. breadth-first search) from the current position "
                 "to the goal on this grid (embed the grid in the program; it gets no input) and "
-                'prints the moves on one line, e.g. print("R D D L"). It runs in a sandbox with a '
-                f"{self.sandbox_limits.wall_time_s:g} s limit.")
+                f"prints the moves on one line, e.g. print({example!r}). It runs in a sandbox "
+                f"with a {self.sandbox_limits.wall_time_s:g} s limit.")
         else:
             lines += [
                 f"Tool agent's latest result:\n{self.tool_report}",
                 "You are the planner. Decide the moves from the current position to the goal "
                 f"(at most {self.max_moves_per_turn}) and end with one line 'Moves: <moves>', "
-                "e.g. 'Moves: R D D L'.",
+                f"e.g. '{example_line}'.",
             ]
         return "\n".join(lines)
 
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
+        example, example_line = self.example_answer()
         task = self.task
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
                  f"A is at {self.position}, G is at {task.goal}. U=up, D=down, L=left, R=right."]
         if agent == "tool":
-            lines.append('Write a ```python block that prints the moves, like: print("R D")')
+            lines.append(f'Write a ```python block that prints the moves, like: print({example!r})')
         else:
             lines += [f"Tool: {clip_text(self.tool_report, 120)}",
-                      "Answer with one line like: Moves: R D"]
+                      f"Answer with one line like: {example_line}"]
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ stages
+    def _example_candidates(self) -> list[tuple[str, str]]:
+        return move_examples()
+
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         return parse_program_output(stdout)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code)
+    check_sandbox_limits, clip_text, extract_python_code, move_examples)
 from pettingllms_envs.plan_path import MOVES, parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import ParseResult, Role, split_of_seed
@@ -536,6 +536,7 @@ class SokobanEnv(ToolPlannerEnv):
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
             return self._observe_compact(agent)
+        example, example_line = self.example_answer()
         state = self.state
         height, width = len(state.grid), len(state.grid[0])
         on_goal = len(set(state.boxes) & set(state.goals))
@@ -558,28 +559,29 @@ class SokobanEnv(ToolPlannerEnv):
                 "You are the tool agent. Write a Python program in a ```python fenced block that "
                 "solves this level from the current state (e.g. breadth-first search over "
                 "(player position, box positions) states; embed the map in the program, it gets "
-                'no input) and prints the moves on one line, e.g. print("U L L D"). It runs in a '
-                f"sandbox with a {self.sandbox_limits.wall_time_s:g} s limit.")
+                f"no input) and prints the moves on one line, e.g. print({example!r}). It runs "
+                f"in a sandbox with a {self.sandbox_limits.wall_time_s:g} s limit.")
         else:
             lines += [
                 f"Tool agent's latest result:\n{self.tool_report}",
                 "You are the planner. Decide the moves that put every box on a goal from the "
                 f"current state (at most {self.max_moves_per_turn}) and end with one line "
-                "'Moves: <moves>', e.g. 'Moves: U L L D'.",
+                f"'Moves: <moves>', e.g. '{example_line}'.",
             ]
         return "\n".join(lines)
 
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
+        example, example_line = self.example_answer()
         lines = ["Push each box X onto a goal O. # wall, _ floor, P you, V box on goal, "
                  "S you on goal.",
                  render_level(self.state),
                  "U=up, D=down, L=left, R=right."]
         if agent == "tool":
-            lines.append('Write a ```python block that prints the moves, like: print("U L")')
+            lines.append(f'Write a ```python block that prints the moves, like: print({example!r})')
         else:
             lines += [f"Tool: {clip_text(self.tool_report, 120)}",
-                      "Answer with one line like: Moves: U L"]
+                      f"Answer with one line like: {example_line}"]
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ stages
@@ -588,6 +590,9 @@ class SokobanEnv(ToolPlannerEnv):
             return "none"
         shown = " ".join(self.moves_taken[-SHOWN_MOVES:])
         return shown if len(self.moves_taken) <= SHOWN_MOVES else "... " + shown
+
+    def _example_candidates(self) -> list[tuple[str, str]]:
+        return move_examples(("U L", "D R", "L U", "R D", "U U", "D D", "L L", "R R"))
 
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         return parse_program_output(stdout)

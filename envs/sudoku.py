@@ -709,7 +709,7 @@ class SudokuEnv(ToolPlannerEnv):
                 f"Tool agent's latest result:\n{self.tool_report}",
                 "You are the planner. Work out the missing digits and end your reply with a line "
                 f"'Answer:' followed by the completed grid, one row of {n} digits per line, e.g."
-                f"\nAnswer:\n{render_grid(example_grid(box), boxes=False)}\n"
+                f"\nAnswer:\n{render_grid(self._example_grid(), boxes=False)}\n"
                 "or fill only some cells, one 'row col digit' (1-based) per line, e.g."
                 "\nAnswer:\n1 3 2\n"
                 "A digit that repeats in its row, column or box, overwrites a filled cell or is "
@@ -725,14 +725,26 @@ class SudokuEnv(ToolPlannerEnv):
             return "\n".join([
                 f"{rule} 0 = empty.", f"grid = {grid_literal(self.board)}",
                 "Write a ```python block that solves it and prints the grid, "
-                f"like: print('{_one_line(example_grid(box))}')"])
+                f"like: print('{self.example_answer()[0]}')"])
         report = clip_text(self.tool_report, max(120, 60 + 2 * n * n + n))
         return "\n".join([f"{rule} . = empty.", render_grid(self.board, boxes=False),
                           f"Tool: {report}",
                           "Answer with the full grid on one line, like: "
-                          f"Answer: {_one_line(example_grid(box))}"])
+                          f"{self.example_answer()[1]}"])
 
     # ------------------------------------------------------------------ stages
+    def _example_candidates(self) -> list[tuple[str, str]]:
+        """The fixed example grid, then the same grid with every digit d shifted to d + 1
+        (mod n): both are complete sudokus, and at most one can be this puzzle's solution."""
+        n = self.size
+        grid = example_grid(self.box_size)
+        shifted = tuple(tuple(v % n + 1 for v in row) for row in grid)
+        return [(_one_line(g), f"Answer: {_one_line(g)}") for g in (grid, shifted)]
+
+    def _example_grid(self) -> Grid:
+        """The grid of :meth:`example_answer`, for the full prompt's multi-line example."""
+        return tuple(tuple(int(c) for c in row) for row in self.example_answer()[0].split())
+
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         return parse_program_output(stdout, self.size)
 

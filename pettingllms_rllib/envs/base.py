@@ -234,6 +234,17 @@ class TextParallelEnv(ParallelEnv):
         """An independent env in the same state, RNG included (the AT-GRPO branch contract)."""
         return copy.deepcopy(self)
 
+    def prompt_examples(self) -> dict[str, str]:
+        """Agent -> the example answer its current prompt shows ("answer like: ..."), as the
+        agent would write it; {} when the prompts show none.
+
+        An example must never solve the instance it is shown with: a policy that copies it
+        would otherwise be rewarded for copying instead of for the skill (the trained 135M
+        model learned exactly that). ``tests/envs/test_prompt_examples.py`` plays every
+        shipped CPU config's examples as the whole team's answers on 200 training seeds.
+        """
+        return {}
+
     def current_observations(self) -> dict[str, str]:
         """Every live agent's prompt in the current state (what ``reset``/``step`` return)."""
         return {a: self._clip_observation(self._observe(a)) for a in self.agents}
