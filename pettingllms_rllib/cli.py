@@ -165,6 +165,10 @@ def _eval(args: argparse.Namespace) -> int:
         logger.error("%s", exc)
         return 2
     sys.stdout.write(markdown_table([record]) + "\n")
+    constant = record["best_constant_answer"]
+    sys.stdout.write(f"best constant answer on the same instances: success "
+                     f"{constant['success_rate']:.3f} ({constant['num_successes']}/"
+                     f"{constant['num_tasks']}) with {constant['answers']}\n")
     logger.info("wrote %s", Path(args.out) / "eval.json")
     return 0
 

@@ -24,7 +24,8 @@ from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
 TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
 SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
-            "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing")
+            "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing",
+            "evaluation")
 NAMED_MAPPINGS = ("shared", "per_role")
 
 

@@ -10,7 +10,8 @@ Six panels: success rate, per-agent episode return, turns per episode, share of 
 groups (no learning signal), the learner's policy-vs-behaviour probability ratio per module
 (drift from the sampling policy), and where each iteration's seconds went (generate, env and
 sandbox, advantages and batching, learner, weight sync, other: stacked for a single arm, the
-total per arm otherwise). Columns a run does not log are skipped. The plotted numbers go
+total per arm otherwise), and, for runs with ``evaluation_interval``, held-out success against
+generated tokens with the untrained team's held-out success as a dashed line. Columns a run does not log are skipped. The plotted numbers go
 to a JSON beside the PNG so they can be quoted without reopening the CSVs.
 """
 
@@ -38,6 +39,9 @@ MODULE_RATIO = re.compile(r"^learners/([^/]+)/policy_behaviour_ratio$")
 #: Seconds of one part of an iteration (``pettingllms_rllib.core.timing.TIME_PARTS``).
 TIME_PART = re.compile(r"^at_grpo/time_s/([^/]+)$")
 ITERATION_SECONDS = "at_grpo/iteration_s"
+HELD_OUT = "evaluation/success_rate"
+HELD_OUT_UNTRAINED = "evaluation/untrained_success_rate"
+GENERATED_TOKENS = "env_runners/num_generated_tokens_lifetime"
 TIME_PARTS = ("generate", "env", "advantages", "learner", "weight_sync", "other")
 ALL_MODULES = "__all_modules__"
 GRID_KEY = "__grid__"  # same as pettingllms_rllib.algorithms.config.GRID_KEY (no ray import here)
@@ -262,6 +266,8 @@ def _panel_series(trials: Sequence[Trial]) -> list[tuple[int, str, str]]:
     series += [(4, f"{module}/policy_behaviour_ratio", column)
                for module, column in _columns(trials, MODULE_RATIO).items()]
     series.append((5, "iteration_s", ITERATION_SECONDS))
+    series.append((6, "held_out_success_rate", HELD_OUT))
+    series.append((6, "held_out_untrained_success_rate", HELD_OUT_UNTRAINED))
     parts = _columns(trials, TIME_PART)
     series += [(5, f"time_s/{part}", parts[part]) for part in TIME_PARTS if part in parts]
     return series
@@ -269,7 +275,7 @@ def _panel_series(trials: Sequence[Trial]) -> list[tuple[int, str, str]]:
 
 PANELS = ("success rate", "per-agent episode return", "turns per episode",
           "zero-variance group share", "policy / behaviour prob ratio (per module)",
-          "seconds per iteration, by part")
+          "seconds per iteration, by part", "held-out success vs generated tokens")
 
 
 # ------------------------------------------------------------------------------------ plot
@@ -325,6 +331,8 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
             if panel == 5:
                 stack_base = _draw_time_part(ax, name, stats, color, len(arms) == 1,
                                              stack_base)
+            elif panel == 6:
+                _draw_held_out(ax, name, stats, members, color, label)
             else:
                 sub = name.split("/")[0] if panel in (1, 4) else None
                 if len(members) > 1:
@@ -349,18 +357,17 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
 
     for ax, title, has_data in zip(axes, PANELS, drawn):
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("training iteration")
+        ax.set_xlabel("generated tokens" if title == PANELS[6] else "training iteration")
         ax.grid(alpha=0.3)
         if has_data:
-            if title in (PANELS[1], PANELS[4], PANELS[5]):
+            if title in (PANELS[1], PANELS[4], PANELS[5], PANELS[6]):
                 ax.legend(fontsize=6)
         else:
             ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center",
                     transform=ax.transAxes, color="grey")
-    for panel in (0, 3):
+    for panel in (0, 3, 6):
         axes[panel].set_ylim(-0.05, 1.05)
-    key_ax = axes[6]
-    axes[7].axis("off")
+    key_ax = axes[7]
     key_ax.axis("off")
     key_ax.legend(handles=legend_handles, loc="upper left", fontsize=7, title="arms",
                   title_fontsize=8, frameon=False)
@@ -397,6 +404,28 @@ def _draw_time_part(ax, name: str, stats: dict[str, list], color, stacked: bool,
     ax.bar(x, mean, bottom=bottom, width=0.8, label=part,
            color=f"C{TIME_PARTS.index(part) % 10}")
     return bottom + mean
+
+
+def _draw_held_out(ax, name: str, stats: dict[str, list], members: Sequence[Trial], color,
+                   label: str) -> None:
+    """Held-out success (mean over seeds, min-max band) at the iterations that evaluated,
+    against the arm's mean generated tokens there; the untrained team as a dashed line."""
+    tokens = aggregate(members, GENERATED_TOKENS)
+    if tokens is None:
+        return
+    at = dict(zip(tokens["training_iteration"], tokens["mean"]))
+    points = [(at[i], m, lo, hi) for i, m, lo, hi in zip(
+        stats["training_iteration"], stats["mean"], stats["min"], stats["max"]) if i in at]
+    if not points:
+        return
+    x, mean, low, high = (list(column) for column in zip(*points))
+    if name == "held_out_untrained_success_rate":
+        ax.axhline(mean[0], color=color, linestyle="--", linewidth=1,
+                   label=f"{label}: untrained")
+        return
+    if len(members) > 1:
+        ax.fill_between(x, low, high, color=color, alpha=0.18, linewidth=0)
+    ax.plot(x, mean, color=color, marker="o", markersize=3, label=f"{label}: held-out")
 
 
 def _json_safe(value: Any) -> Any:

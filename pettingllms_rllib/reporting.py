@@ -201,6 +201,31 @@ def arm_table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows) + "\n"
 
 
+def constant_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: per task setting (task, env_config, evaluation seeds), the best constant
+    answer found in any of its records (``evaluation/constant_answers.py``): a team must beat
+    it to show a skill. Records written before it existed are skipped; "" when none has it."""
+    best: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        constant = record.get("best_constant_answer")
+        if not constant:
+            continue
+        key = json.dumps([record.get("task"), record.get("env_config"),
+                          record.get("eval_seeds")], sort_keys=True, default=str)
+        if key not in best or constant["success_rate"] > best[key]["success_rate"]:
+            best[key] = {**constant, "task": record.get("task")}
+    if not best:
+        return ""
+    rows = [["task", "best constant success", "answers (per role)"], ["---"] * 3]
+    for constant in best.values():
+        answers = "; ".join(f"{agent}: {json.dumps(text)[:80]}"
+                            for agent, text in sorted(constant["answers"].items()))
+        rows.append([str(constant["task"]),
+                     f"{constant['success_rate']:.3f} ({constant['num_successes']}/"
+                     f"{constant['num_tasks']})", answers])
+    return "\n".join("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows) + "\n"
+
+
 # ---------------------------------------------------------------------------------- report
 def build_report(paths: Iterable[str | Path]) -> tuple[str, list[Path]]:
     """(Markdown text, eval files used): the arm table, the per-record table, the file list."""
@@ -219,6 +244,11 @@ def build_report(paths: Iterable[str | Path]) -> tuple[str, list[Path]]:
         "(ddof=1) over seeds; `-`: not recorded.",
         "",
         arm_table(records),
+        *(["## Best constant answer", "",
+           "One fixed response per role played on every instance and turn, searched over the "
+           "evaluated teams' responses and the prompts' examples (a lower bound of the best "
+           "constant's score). A team that does not beat it has not shown a skill.", "",
+           table] if (table := constant_table(records)) else []),
         "## Per evaluation",
         "",
         "Intervals: Wilson 95% for success, task bootstrap 95% for pass@k.",

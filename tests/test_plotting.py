@@ -207,3 +207,16 @@ def test_iteration_time_parts_are_plotted_and_exported(tmp_path):
     assert arm["iteration_s"] == pytest.approx([10.0 + offset, 20.0 + offset])
     assert arm["time_s/generate"] == pytest.approx([11.0 + offset, 21.0 + offset])
     assert set(arm) >= {"time_s/env", "time_s/learner", "time_s/other"}
+
+
+def test_held_out_success_is_drawn_against_generated_tokens_where_it_was_evaluated(tmp_path):
+    run = tmp_path / "evaluated"
+    trial = make_trial(run, "only", base_params(), [0.0, 0.0, 0.0])
+    frame = pd.read_csv(trial / "progress.csv")
+    frame["env_runners/num_generated_tokens_lifetime"] = [1000, 2000, 3000]
+    frame["evaluation/success_rate"] = [float("nan"), 0.25, float("nan")]
+    frame["evaluation/untrained_success_rate"] = [0.1, 0.1, 0.1]
+    frame.to_csv(trial / "progress.csv", index=False)
+    (arm,) = read_json(plot_experiment(run, run / "learning_curve.png")).values()
+    assert arm["held_out_success_rate"] == [None, 0.25, None]
+    assert arm["held_out_untrained_success_rate"] == pytest.approx([0.1, 0.1, 0.1])

@@ -22,6 +22,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
+    EVALUATION_RESULTS,
     ENV_RUNNER_SAMPLING_TIMER,
     LEARNER_RESULTS,
     LEARNER_UPDATE_TIMER,
@@ -40,6 +41,7 @@ from pettingllms_rllib.core.batching import batches_per_module
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.timing import TIME_PARTS, Stopwatch, time_shares
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,12 @@ TIME_SECONDS, TIME_SHARE = "time_s", "time_share"
 
 class WeightsLagError(RuntimeError):
     """A runner sampled with older weights than the learner last synced to it."""
+
+
+def _nan_like(values: dict[str, Any]) -> dict[str, Any]:
+    """The same nested keys with every number replaced by NaN."""
+    return {key: _nan_like(value) if isinstance(value, dict) else float("nan")
+            for key, value in values.items()}
 
 
 def split_tasks(total: int, num_runners: int) -> list[int]:
@@ -101,6 +109,13 @@ class ATGRPO(Algorithm):
         torch.set_num_threads(max(1, int(config.num_cpus_for_main_process or 1)))
         super().setup(config)
         self._synced_weights_version: int | None = None
+        #: The held-out evaluation of the untrained team (before any update), when
+        #: ``evaluation_interval`` is set: the baseline of every later evaluation.
+        self._untrained_evaluation: dict[str, Any] | None = None
+        if self.config.evaluation_interval:
+            self._untrained_evaluation = self._held_out_evaluation()
+            logger.info("held-out success of the untrained team: %.3f",
+                        self._untrained_evaluation["success_rate"])
 
     @override(Algorithm)
     def training_step(self) -> None:
@@ -141,6 +156,13 @@ class ATGRPO(Algorithm):
         trained = [r for r, keep in zip(records, result.keep)
                    if keep and r.module_id not in frozen]
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs))
+        by_module: dict[str, list[float]] = defaultdict(list)
+        for record in trained:
+            by_module[record.module_id].append(record.advantage)
+        for module_id in sorted(cfg.policies):  # every module, every iteration: fixed columns
+            values = by_module.get(module_id, [])
+            self.metrics.log_value((AT_GRPO_RESULTS, "advantage_std", module_id),
+                                   float(np.std(values)) if values else float("nan"), window=1)
         self.metrics.log_dict({
             (AT_GRPO_RESULTS, "num_groups"): result.num_groups,
             (AT_GRPO_RESULTS, "zero_variance_group_fraction"): result.zero_variance_fraction,
@@ -181,6 +203,58 @@ class ATGRPO(Algorithm):
             logged[(AT_GRPO_RESULTS, TIME_SECONDS, part)] = parts["seconds"][part]
             logged[(AT_GRPO_RESULTS, TIME_SHARE, part)] = parts["share"][part]
         self.metrics.log_dict(logged, window=1)
+
+    # ------------------------------------------------------------------ evaluation
+    @override(Algorithm)
+    def evaluate(self, parallel_train_future=None) -> dict[str, Any]:
+        """Held-out evaluation the RLlib way (``evaluation_interval``, ``evaluation_duration``):
+        the same fixed evaluation instances every time, greedy, no branching; with the
+        untrained team's numbers beside them (``untrained_*``)."""
+        group = self.eval_env_runner_group or self.env_runner_group
+        group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        return {**self._held_out_evaluation(), **self._untrained_columns()}
+
+    def evaluation_seeds(self) -> list[int]:
+        """The fixed held-out instances: the first ``evaluation_duration`` evaluation seeds,
+        the same instances ``pettingllms-rllib eval`` starts with."""
+        return [TRAIN_SEED_LIMIT + i for i in range(int(self.config.evaluation_duration))]
+
+    def _held_out_evaluation(self) -> dict[str, Any]:
+        from pettingllms_rllib.evaluation.metrics import summarize
+
+        group = self.eval_env_runner_group or self.env_runner_group
+        seeds = self.evaluation_seeds()
+        if group.num_remote_env_runners() == 0:
+            episodes = group.local_env_runner.evaluate(seeds)
+        else:
+            shares = np.array_split(np.asarray(seeds), group.num_remote_env_runners())
+            parts = group.foreach_env_runner(
+                lambda runner: runner.evaluate(
+                    [int(s) for s in shares[(runner.worker_index or 1) - 1]]),
+                local_env_runner=False)
+            episodes = [episode for part in parts for episode in part]
+        summary = summarize(episodes, samples_per_task=1)
+        return {"success_rate": summary["success_rate"],
+                "success_ci95_low": summary["success_ci95"][0],
+                "success_ci95_high": summary["success_ci95"][1],
+                "turns_mean": summary["turns_mean"], "num_episodes": summary["num_episodes"],
+                "agent": {agent: {"parse_error_rate": stats["parse_error_rate"],
+                                  "return_mean": stats["return_mean"]}
+                          for agent, stats in summary["agents"].items()}}
+
+    def _untrained_columns(self) -> dict[str, Any]:
+        base = self._untrained_evaluation or {}
+        return {"untrained_success_rate": base.get("success_rate", float("nan"))}
+
+    @override(Algorithm)
+    def _compile_iteration_results(self, *, train_results, eval_results):
+        """Every iteration carries the evaluation columns (NaN where this iteration did not
+        evaluate): Tune's progress.csv keeps only the columns of the first row."""
+        if not eval_results and self._untrained_evaluation is not None:
+            eval_results = {EVALUATION_RESULTS: {**_nan_like(self._untrained_evaluation),
+                                                 **self._untrained_columns()}}
+        return super()._compile_iteration_results(train_results=train_results,
+                                                  eval_results=eval_results)
 
     # ------------------------------------------------------------------ helpers
     def _sync_weights_through_disk(self, module_ids: list[str], version: int) -> None:

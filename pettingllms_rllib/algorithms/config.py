@@ -9,6 +9,11 @@ Knobs are documented by topic:
   are env arguments).
 * ``.multi_agent(policies=..., policy_mapping_fn=...)``: shared model vs one model (or one LoRA
   adapter, with ``.llm(lora=...)``) per role is only this mapping.
+* ``.evaluation(evaluation_interval=N, evaluation_duration=M)``: every N iterations the first M
+  evaluation instances (seeds from ``TRAIN_SEED_LIMIT`` on, never trained on) are played
+  greedily without branching and logged under ``evaluation/`` (success rate with its 95%
+  interval, per-agent parse-error rate and return), beside the untrained team's success
+  (``evaluation/untrained_success_rate``, measured once before the first update).
 
 ``validate()`` checks everything that can be checked without Ray or a model (unknown env id,
 mapping targets, K, T, model availability) so a bad config fails before any Ray work starts.
@@ -301,6 +306,13 @@ class ATGRPOConfig(AlgorithmConfig):
             if module_id not in policies:
                 self._value_error(f"policy_mapping_fn maps agent {agent!r} to {module_id!r}, "
                                   f"which is not among the policies {sorted(policies)}")
+        if self.evaluation_interval:
+            if self.engine != "hf":
+                self._value_error("evaluation_interval (held-out evaluation during training) "
+                                  f"runs on engine='hf' only, got engine={self.engine!r}")
+            if not isinstance(self.evaluation_duration, int) or self.evaluation_duration < 1:
+                self._value_error("evaluation_duration must be the number of held-out tasks "
+                                  f"(an int >= 1), got {self.evaluation_duration!r}")
         self._check_model_available()
         if self.engine == "vllm":
             self._check_vllm_settings()

@@ -21,6 +21,7 @@ sent.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -57,6 +58,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         #: ModuleID -> the engine that generates for it (one object may serve several modules).
         self.engines: dict[str, Any] = {}
         self._lora_kwargs = None
+        self._greedy_engine = None
         self.weights_version = 0
         self.num_env_steps_sampled_lifetime = 0
         index = self.worker_index or 0
@@ -169,6 +171,36 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     def draw_task_seeds(self, num_tasks: int) -> list[int]:
         return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
+
+    def evaluate(self, task_seeds: list[int]) -> list:
+        """Play ``task_seeds`` once each with greedy decoding and no branching (K = 1): the
+        held-out evaluation during training. Returns the episode summaries."""
+        if self.env is None:
+            raise RuntimeError("this env runner holds no env/model")
+        if self.serves_with_vllm:
+            raise NotImplementedError("evaluation during training runs on engine='hf' only")
+        if self._greedy_engine is None:
+            from pettingllms_rllib.engines.hf_engine import HFEngine
+
+            engine = self.engines[sorted(self.engines)[0]]
+            self._greedy_engine = HFEngine(
+                engine.tokenizer, dataclasses.replace(engine.sampling, greedy=True),
+                system_prompt=engine.system_prompt, max_batch_size=engine.max_batch_size)
+        engine = self._greedy_engine
+
+        def generate(module_id, prompts, num_samples):
+            module = self.module[module_id]
+            module.activate()
+            return engine.generate(module.causal_lm, prompts, num_samples)
+
+        roots = {}
+        for seed in task_seeds:
+            env = self.env.clone()
+            env.reset(seed=int(seed))
+            roots[f"{self.config.env}/seed={seed}"] = env
+        with torch.no_grad():
+            return TreeSampler(generate, self.module_for_agent, num_branches=1).run(
+                roots).episodes
 
     @override(EnvRunner)
     def sample(self, *, num_tasks: int | None = None, task_seeds: list[int] | None = None,

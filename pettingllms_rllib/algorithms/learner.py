@@ -25,7 +25,7 @@ from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.loss import clipped_token_loss
 from pettingllms_rllib.core.minibatching import plan_minibatches
-from pettingllms_rllib.models.rl_modules import TOKEN_LOGP
+from pettingllms_rllib.models.rl_modules import TOKEN_ENTROPY, TOKEN_LOGP
 
 #: Learner metric: gradient steps a module took in one update (one per minibatch it was in).
 NUM_GRADIENT_STEPS = "num_gradient_steps"
@@ -48,6 +48,11 @@ def _buckets(params: list[torch.nn.Parameter], max_elements: int):
         size += param.numel()
     if bucket:
         yield bucket
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    mask = mask.to(values.dtype)
+    return float((values * mask).sum() / mask.sum().clamp(min=1.0))
 
 
 def samples_per_row(module_batch) -> np.ndarray:
@@ -243,5 +248,7 @@ class ATGRPOTorchLearner(TorchLearner):
             (module_id, "policy_behaviour_ratio"): stats.mean_ratio,
             (module_id, "approx_kl_behaviour"): stats.approx_kl_behaviour,
             (module_id, "num_response_tokens"): stats.num_tokens,
+            (module_id, "entropy"): _masked_mean(fwd_out[TOKEN_ENTROPY],
+                                                 batch["response_mask"]),
         }, window=1)
         return loss

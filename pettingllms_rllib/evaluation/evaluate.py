@@ -262,17 +262,25 @@ def _transcript_entry(record: SampleRecord, sample: int) -> dict[str, Any]:
 def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Path, *,
                    label: str, arm: str | None = None, seed: int | None = None,
                    training_budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Evaluate, then write ``eval.json`` (settings + summary), ``episodes.csv`` (one row per
-    episode) and ``transcripts.jsonl`` (every response, see :func:`evaluate`) into
-    ``out_dir``; returns the record. Format: see ``metrics.summarize``."""
+    """Evaluate, then write ``eval.json`` (settings + summary + the best constant answer on
+    the same instances, searched over this run's responses and the prompts' examples: see
+    ``constant_answers.py``), ``episodes.csv`` (one row per episode) and ``transcripts.jsonl``
+    (every response, see :func:`evaluate`) into ``out_dir``; returns the record. Format: see
+    ``metrics.summarize``."""
     import csv
     import json
 
+    from pettingllms_rllib.evaluation.constant_answers import best_constant_answer
     from pettingllms_rllib.evaluation.metrics import episodes_csv_rows, summarize
 
     transcript: list[dict[str, Any]] = []
     episodes = evaluate(policies, settings, transcript=transcript)
     summary = summarize(episodes, samples_per_task=settings.samples_per_task)
+    responses: dict[str, list[str]] = {}
+    for entry in transcript:
+        responses.setdefault(entry["agent"], []).append(entry["response"])
+    constant = best_constant_answer(settings.env, settings.env_config, settings.eval_seeds,
+                                    responses)
     record = {
         "label": label, "arm": arm or label, "seed": seed,
         "task": settings.env, "env_config": dict(settings.env_config),
@@ -286,6 +294,7 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         "max_new_tokens": settings.max_new_tokens,
         "training_budget": None if training_budget is None else dict(training_budget),
         "summary": summary,
+        "best_constant_answer": constant.to_record(),
     }
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

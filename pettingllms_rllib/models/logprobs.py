@@ -62,30 +62,40 @@ def _softcap(config) -> float | None:
 
 
 def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | None):
+    """Log-probs of ``targets`` and (detached) the entropy of each position's distribution."""
     logits = head(states).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:  # skipping the no-op division saves one chunk x vocab tensor
         logits = logits / temperature
+    log_norm = torch.logsumexp(logits, dim=-1)
+    with torch.no_grad():  # H = logsumexp - sum(p * logits): a diagnostic, no gradient
+        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
     # gather - logsumexp: the same value as log_softmax(...).gather without a second [N, V] tensor.
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm, entropy
 
 
 def _head_logprobs(model, head, states: torch.Tensor, targets: torch.Tensor,
-                   temperature: float, chunk_size: int) -> torch.Tensor:
+                   temperature: float, chunk_size: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of ``targets`` [N] given hidden ``states`` [N, H], through the LM head in
-    checkpointed chunks (see the module docstring)."""
+    checkpointed chunks (see the module docstring), and each position's entropy [N]."""
     softcap = _softcap(model.config)
     use_checkpoint = torch.is_grad_enabled() and states.requires_grad
-    pieces = []
+    logps, entropies = [], []
     for start in range(0, states.shape[0], chunk_size):
         chunk = (head, states[start:start + chunk_size], targets[start:start + chunk_size],
                  temperature, softcap)
         if use_checkpoint:
-            pieces.append(checkpoint(_chunk_logprobs, *chunk, use_reentrant=False))
+            logp, entropy = checkpoint(_chunk_logprobs, *chunk, use_reentrant=False)
         else:
-            pieces.append(_chunk_logprobs(*chunk))
-    return torch.cat(pieces) if pieces else states.new_zeros(0, dtype=torch.float32)
+            logp, entropy = _chunk_logprobs(*chunk)
+        logps.append(logp)
+        entropies.append(entropy)
+    if not logps:
+        empty = states.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(logps), torch.cat(entropies)
 
 
 def _decoder_and_head(causal_lm):
@@ -98,7 +108,7 @@ def _decoder_and_head(causal_lm):
 
 def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       response_mask: torch.Tensor, *, temperature: float = 1.0,
-                      chunk_size: int = 1024) -> torch.Tensor:
+                      chunk_size: int = 1024, entropy_out: dict | None = None) -> torch.Tensor:
     """Log-prob of every response token given its prefix; 0 at non-response positions.
 
     Args:
@@ -110,6 +120,8 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
         temperature: divides the logits, as in sampling.
         chunk_size: how many response tokens go through the LM head at once; bounds the largest
             activation at ``chunk_size x vocab`` floats.
+        entropy_out: a dict that receives ``"entropy"``: ``[B, L]`` (detached) entropy of the
+            policy's distribution at each response position (a learner diagnostic).
 
     Returns:
         ``[B, L]`` float32 log-probs, differentiable w.r.t. the model's trainable parameters.
@@ -124,7 +136,11 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
     states = hidden[:, :-1][predicts_response]
     targets = input_ids[:, 1:][predicts_response]
 
-    flat = _head_logprobs(model, head, states, targets, temperature, chunk_size)
+    flat, entropy = _head_logprobs(model, head, states, targets, temperature, chunk_size)
+    if entropy_out is not None:
+        entropy_out["entropy"] = torch.nn.functional.pad(torch.zeros(
+            predicts_response.shape, device=hidden.device).masked_scatter(
+                predicts_response, entropy), (1, 0))
     shifted = torch.zeros(predicts_response.shape, dtype=torch.float32, device=hidden.device)
     shifted = shifted.masked_scatter(predicts_response, flat)
     return torch.nn.functional.pad(shifted, (1, 0))
@@ -160,7 +176,8 @@ def shared_prefix_attention_mask(segment_ids: torch.Tensor, *, boolean: bool,
 
 def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: torch.Tensor,
                              segment_ids: torch.Tensor, response_mask: torch.Tensor, *,
-                             temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
+                             temperature: float = 1.0, chunk_size: int = 1024,
+                             entropy_out: dict | None = None) -> torch.Tensor:
     """:func:`response_logprobs` for shared-prefix rows (``core.batching.pack_records``).
 
     The prompt of a row runs through the decoder once and its n responses on top of it, each
@@ -173,7 +190,7 @@ def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: t
     Args:
         causal_lm: a transformers causal LM (SDPA or eager attention), optionally peft-wrapped.
         input_ids / position_ids / segment_ids / response_mask: ``[G, L]`` packed rows.
-        temperature / chunk_size: as in :func:`response_logprobs`.
+        temperature / chunk_size / entropy_out: as in :func:`response_logprobs`.
 
     Returns:
         ``[G, L]`` float32 log-probs at response positions, 0 elsewhere.
@@ -206,8 +223,11 @@ def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: t
     predictor = torch.where(continues, previous, prompt_last[rows])
     if (predictor < 0).any():
         raise ValueError("a response in a packed row has no prompt to condition on")
-    flat = _head_logprobs(model, head, hidden[rows, predictor], input_ids[rows, cols],
-                          temperature, chunk_size)
+    flat, entropy = _head_logprobs(model, head, hidden[rows, predictor], input_ids[rows, cols],
+                                   temperature, chunk_size)
+    if entropy_out is not None:
+        entropy_out["entropy"] = torch.zeros(response.shape, device=hidden.device).index_put(
+            (rows, cols), entropy)
     out = torch.zeros(response.shape, dtype=torch.float32, device=hidden.device)
     return out.index_put((rows, cols), flat)
 

@@ -28,6 +28,8 @@ from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
 from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
 TOKEN_LOGP = "token_logp"
+#: ``forward_train`` output: the policy's entropy at each response position (detached).
+TOKEN_ENTROPY = "token_entropy"
 
 
 def _maybe_checkpoint_activations(causal_lm, config: dict, inference_only: bool) -> None:
@@ -76,18 +78,19 @@ class CausalLMRLModule(TorchRLModule):
         input_ids = batch["input_ids"].long()
         autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
                     torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
+        diagnostics: dict = {}
         with autocast:
             if "segment_ids" in batch:  # shared-prefix rows (core.batching.pack_records)
                 logp = packed_response_logprobs(
                     self.causal_lm, input_ids, batch["position_ids"], batch["segment_ids"],
                     batch["response_mask"], temperature=self.temperature,
-                    chunk_size=self.logprob_chunk_size)
+                    chunk_size=self.logprob_chunk_size, entropy_out=diagnostics)
             else:
                 logp = response_logprobs(
                     self.causal_lm, input_ids, batch["attention_mask"].long(),
                     batch["response_mask"], temperature=self.temperature,
-                    chunk_size=self.logprob_chunk_size)
-        return {TOKEN_LOGP: logp.float()}
+                    chunk_size=self.logprob_chunk_size, entropy_out=diagnostics)
+        return {TOKEN_LOGP: logp.float(), TOKEN_ENTROPY: diagnostics["entropy"].float()}
 
     # RLlib's default get_state converts to numpy, which fails on bf16: keep torch tensors.
     @override(TorchRLModule)

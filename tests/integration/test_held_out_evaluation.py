@@ -1,0 +1,72 @@
+"""Held-out evaluation during training, the RLlib way (``evaluation_interval``).
+
+Every N iterations the first M evaluation instances are played greedily with the learner's
+current weights; every iteration carries the evaluation columns (NaN when it did not evaluate)
+so Tune's progress.csv, which keeps the first row's columns, has them; the untrained team's
+held-out success is measured once before the first update.
+"""
+
+import math
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from ray.rllib.utils.metrics import EVALUATION_RESULTS  # noqa: E402
+from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
+
+from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT  # noqa: E402
+from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    yield from toy_ray_session(num_cpus=2)
+
+
+def config() -> ATGRPOConfig:
+    return (ATGRPOConfig().environment("toy_score_v0", env_config={"max_turns": 1})
+            .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6,
+                 lora={"r": 4, "lora_alpha": 8})
+            .training(num_branches=4, num_tasks_per_iteration=2, lr=1e-2)
+            .evaluation(evaluation_interval=2, evaluation_duration=3)
+            .multi_agent(**multi_agent_kwargs("per_role", AGENTS)).debugging(seed=0))
+
+
+def test_every_n_iterations_the_held_out_set_is_played_with_the_current_weights():
+    algo = config().build_algo()
+    try:
+        assert algo.evaluation_seeds() == [TRAIN_SEED_LIMIT + i for i in range(3)]
+        results = [algo.train() for _ in range(3)]
+        first, second, third = (r[EVALUATION_RESULTS] for r in results)
+        untrained = first["untrained_success_rate"]
+        assert 0.0 <= untrained <= 1.0
+        assert all(r["untrained_success_rate"] == untrained for r in (second, third))
+        assert math.isnan(first["success_rate"]) and math.isnan(third["success_rate"])
+        assert 0.0 <= second["success_rate"] <= 1.0 and second["num_episodes"] == 3
+        assert set(second["agent"]) == set(AGENTS)
+        assert all(0.0 <= s["parse_error_rate"] <= 1.0 for s in second["agent"].values())
+        # learning diagnostics per module, every iteration
+        for result in results:
+            assert set(result["at_grpo"]["advantage_std"]) == set(AGENTS)
+        trained_modules = [m for m in AGENTS if m in results[0]["learners"]]
+        assert trained_modules and all(
+            results[0]["learners"][m]["entropy"] > 0 for m in trained_modules)
+        # the evaluating runner held the learner's weights of iteration 2
+        learner = algo.learner_group._learner.module
+        runner = (algo.eval_env_runner_group or algo.env_runner_group).local_env_runner.module
+        algo.evaluate()
+        for module_id in AGENTS:
+            trained, evaluated = learner[module_id].get_state(), runner[module_id].get_state()
+            assert all(torch.equal(trained[k], evaluated[k]) for k in trained)
+    finally:
+        algo.stop()
+
+
+def test_a_bad_evaluation_duration_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match="evaluation_duration"):
+        config().evaluation(evaluation_duration="auto").validate()
