@@ -124,6 +124,17 @@ def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
     return GridTask(tuple("".join(r) for r in rows), start, goal)
 
 
+def offset_text(position: Position, goal: Position) -> str:
+    """Where ``goal`` lies from ``position``: "G is 2 rows down and 1 column right of A"."""
+    parts = []
+    for delta, positive, negative, unit in ((goal[0] - position[0], "down", "up", "row"),
+                                            (goal[1] - position[1], "right", "left", "column")):
+        if delta:
+            parts.append(f"{abs(delta)} {unit}{'s' if abs(delta) > 1 else ''} "
+                         f"{positive if delta > 0 else negative}")
+    return "G is " + (" and ".join(parts) if parts else "where A is") + " of A."
+
+
 def render_grid(grid: Sequence[str], position: Position, goal: Position) -> str:
     """ASCII picture: ``#`` wall, ``.`` open, ``A`` the agent, ``G`` the goal."""
     rows = [list(row) for row in grid]
@@ -320,6 +331,8 @@ class PlanPathEnv(ToolPlannerEnv):
             executor, or a fake in tests).
         single_agent: the single-agent baseline: the planner alone, no tool role, same turn
             budget and feedback.
+        show_offsets: also state where G lies from A in rows and columns ("G is 2 rows down and
+            1 column right of A"): the state a small model needs, made explicit (False).
     """
 
     metadata = {"name": "plan_path_v0"}
@@ -333,8 +346,12 @@ class PlanPathEnv(ToolPlannerEnv):
                  step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
-                 prompt_style: str = "full", single_agent: bool = False):
+                 prompt_style: str = "full", single_agent: bool = False,
+                 show_offsets: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
+        if not isinstance(show_offsets, bool):
+            raise ValueError(f"show_offsets must be true or false, got {show_offsets!r}")
+        self.show_offsets = show_offsets
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
@@ -388,7 +405,8 @@ class PlanPathEnv(ToolPlannerEnv):
             "Legend: '#' wall, '.' open, 'A' agent (current position), 'G' goal. "
             "Positions are (row, col), 0-based, row 0 at the top.",
             render_grid(task.grid, self.position, task.goal),
-            f"Current position: {self.position}. Goal: {task.goal}.",
+            f"Current position: {self.position}. Goal: {task.goal}."
+            + (f" {offset_text(self.position, task.goal)}" if self.show_offsets else ""),
             f"Turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}. "
             f"Moves taken so far ({len(self.moves_taken)}): {taken}.",
             "Move letters: U = up (row-1), D = down (row+1), L = left (col-1), "
@@ -417,7 +435,9 @@ class PlanPathEnv(ToolPlannerEnv):
         task = self.task
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
-                 f"A is at {self.position}, G is at {task.goal}. U=up, D=down, L=left, R=right."]
+                 f"A is at {self.position}, G is at {task.goal}."
+                 + (f" {offset_text(self.position, task.goal)}" if self.show_offsets else "")
+                 + " U=up, D=down, L=left, R=right."]
         if agent == "tool":
             lines.append(f'Write a ```python block that prints the moves, like: print({example!r})')
         else:

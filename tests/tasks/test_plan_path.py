@@ -351,3 +351,19 @@ def test_compact_prompt_keeps_the_current_state_and_answer_format():
     assert "```python" in obs["tool"]
     with pytest.raises(ValueError, match="accepted: \\('full', 'compact'\\)"):
         PlanPathEnv(prompt_style="tiny")
+
+
+def test_offsets_state_where_the_goal_lies_when_asked():
+    from pettingllms_envs.plan_path import offset_text
+
+    assert offset_text((0, 0), (2, 1)) == "G is 2 rows down and 1 column right of A."
+    assert offset_text((2, 2), (1, 2)) == "G is 1 row up of A."
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+                      show_offsets=True)
+    observations, _ = env.reset(seed=0, options={"task": TASK})
+    assert all("G is 3 rows down and 3 columns right of A." in text
+               for text in observations.values())
+    plain, _ = _env(prompt_style="compact").reset(seed=0, options={"task": TASK})
+    assert "G is 3 rows" not in plain["planner"]
+    with pytest.raises(ValueError, match="show_offsets"):
+        PlanPathEnv(show_offsets="yes")
