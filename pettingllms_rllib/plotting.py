@@ -329,7 +329,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
             ax = axes[panel]
             x = stats["training_iteration"]
             if panel == 5:
-                stack_base = _draw_time_part(ax, name, stats, color, len(arms) == 1,
+                stack_base = _draw_time_part(ax, name, stats, color, label, len(arms) == 1,
                                              stack_base)
             elif panel == 6:
                 _draw_held_out(ax, name, stats, members, color, label)
@@ -388,14 +388,15 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     return out_path
 
 
-def _draw_time_part(ax, name: str, stats: dict[str, list], color, stacked: bool,
+def _draw_time_part(ax, name: str, stats: dict[str, list], color, label: str, stacked: bool,
                     base: np.ndarray | None) -> np.ndarray | None:
     """One series of the time panel. A single arm: its parts stacked (``base`` is the running
     top of the stack). Several arms: each arm's total iteration seconds as a line."""
     x, mean = stats["training_iteration"], np.asarray(stats["mean"], dtype=float)
     if name == "iteration_s":
         if not stacked:
-            ax.plot(x, mean, color=color, marker="o", markersize=3)
+            ax.plot(x, mean, color=color, marker="o", markersize=3,
+                    label=f"{label}: training step")
         return base
     if not stacked:
         return base
