@@ -333,6 +333,8 @@ class PlanPathEnv(ToolPlannerEnv):
             budget and feedback.
         show_offsets: also state where G lies from A in rows and columns ("G is 2 rows down and
             1 column right of A"): the state a small model needs, made explicit (False).
+        placeholder_example: show the answer format as ``Moves: <moves>`` instead of a concrete
+            move list (a copied placeholder is a parse error) (False).
     """
 
     metadata = {"name": "plan_path_v0"}
@@ -347,11 +349,14 @@ class PlanPathEnv(ToolPlannerEnv):
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
                  prompt_style: str = "full", single_agent: bool = False,
-                 show_offsets: bool = False):
+                 show_offsets: bool = False, placeholder_example: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
-        if not isinstance(show_offsets, bool):
-            raise ValueError(f"show_offsets must be true or false, got {show_offsets!r}")
+        for name, value in (("show_offsets", show_offsets),
+                            ("placeholder_example", placeholder_example)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
         self.show_offsets = show_offsets
+        self.placeholder_example = placeholder_example
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
@@ -448,6 +453,11 @@ class PlanPathEnv(ToolPlannerEnv):
     # ------------------------------------------------------------------ stages
     def _example_candidates(self) -> list[tuple[str, str]]:
         return move_examples()
+
+    def example_answer(self) -> tuple[str, str]:
+        if self.placeholder_example:
+            return "<moves>", "Moves: <moves>"
+        return super().example_answer()
 
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         return parse_program_output(stdout)

@@ -367,3 +367,14 @@ def test_offsets_state_where_the_goal_lies_when_asked():
     assert "G is 3 rows" not in plain["planner"]
     with pytest.raises(ValueError, match="show_offsets"):
         PlanPathEnv(show_offsets="yes")
+
+
+def test_a_placeholder_example_shows_the_format_and_cannot_be_played():
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+                      placeholder_example=True)
+    observations, _ = env.reset(seed=0, options={"task": TASK})
+    assert "Moves: <moves>" in observations["planner"]
+    assert "print('<moves>')" in observations["tool"]
+    _, _, _, _, infos = env.step({"tool": env.prompt_examples()["tool"]})
+    _, _, _, _, infos = env.step({"planner": env.prompt_examples()["planner"]})
+    assert infos["planner"]["parse_error"] and not infos["planner"]["success"]
