@@ -341,7 +341,7 @@ class MathEnv(TextParallelEnv):
     format. Correctness is never shown.
 
     Reward: ``alpha * team + local``; team = 1.0 if the reasoner's answer of this turn is
-    correct, else 0.0 (the DESIGN table's "team: reasoner correct"; both agents get it);
+    correct, else 0.0 (both agents get it);
     ``success`` = the reasoner's answer is correct.
 
     Termination: terminated when both agents gave an answer this turn and math-verify finds

@@ -520,7 +520,7 @@ def score_answer(task: SudokuTask, board: Grid, placements: Sequence[Placement],
       every filled cell correct, so "full board" means "solved";
     * a correct digit, ``+progress_coef / H``, applied: solving the whole puzzle earns
       ``progress_coef`` in total over the episode;
-    * ``+solve_bonus`` when this answer completes the board (DESIGN section 5: +2).
+    * ``+solve_bonus`` when this answer completes the board (+2 by default).
 
     At most n^2 placements count per answer, so one answer's penalties total at most
     ``max(violation_penalty, wrong_penalty)`` (with the defaults, never below an unusable

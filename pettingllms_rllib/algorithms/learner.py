@@ -232,7 +232,7 @@ class ATGRPOTorchLearner(TorchLearner):
         if self.config.num_learners > 1:
             self._average_gradients_across_learners()
         # A module absent from this minibatch has no gradient; TorchLearner.apply_gradients
-        # would crash on None (DESIGN.md Sec. 7).
+        # would crash on None (ray 2.60).
         return {ref: param.grad for ref, param in self._params.items() if param.grad is not None}
 
     @override(TorchLearner)

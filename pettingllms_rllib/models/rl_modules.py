@@ -120,7 +120,7 @@ class LoRAAdapterRLModule(CausalLMRLModule):
     def activate(self) -> None:
         self.causal_lm.base_model.set_adapter(self.adapter_name)
         # peft's set_adapter turns requires_grad off for every other adapter; another module
-        # of the same base may still need its gradients in this very update (DESIGN.md Sec. 7).
+        # of the same base may still need its gradients in this very update (peft behaviour).
         for name, param in self.causal_lm.named_parameters():
             if "lora_" in name:
                 param.requires_grad_(True)
