@@ -202,7 +202,7 @@ def bench_learner(args) -> dict:
     from pettingllms_rllib.models.rl_modules import TOKEN_LOGP
     from ray.rllib.policy.sample_batch import SampleBatch
 
-    from pettingllms_rllib.algorithms.learner import _trimmed_rows, samples_per_row
+    from pettingllms_rllib.algorithms.learner import trimmed_rows, samples_per_row
 
     records, pad_id = real_records(args)
     log(f"learner: {len(records)} records from one rollout")
@@ -224,7 +224,7 @@ def bench_learner(args) -> dict:
                    for m, b in batches.items()}
         steps = plan_minibatches({m: samples_per_row(b) for m, b in tensors.items()},
                                  num_epochs=1, minibatch_size=8)
-        return [(module_id, dict(_trimmed_rows(tensors[module_id], rows)))
+        return [(module_id, dict(trimmed_rows(tensors[module_id], rows)))
                 for step in steps for module_id, rows in step.items()]
 
     variants = {"per-row": minibatches(False), "shared-prefix": minibatches(True)}

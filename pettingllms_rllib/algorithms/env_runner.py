@@ -153,8 +153,18 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return self.config.policy_mapping_fn(agent_id, None)
 
     # ------------------------------------------------------------------ sampling
-    def _generate(self, module_id: str, prompts, num_samples: int):
-        engine = self.engines[module_id]
+    def _roots(self, seeds) -> dict[str, Any]:
+        """Task id -> a clone of the runner's env reset to that seed's instance."""
+        roots = {}
+        for seed in seeds:
+            env = self.env.clone()
+            env.reset(seed=int(seed))
+            roots[f"{self.config.env}/seed={seed}"] = env
+        return roots
+
+    def _generate(self, module_id: str, prompts, num_samples: int, *, engine=None):
+        """Generate with ``module_id``'s weights, on its engine or on ``engine`` (HF only)."""
+        engine = engine or self.engines[module_id]
         if self.serves_with_vllm:
             adapter = module_id if self._lora_kwargs is not None else None
             return engine.generate(adapter, prompts, num_samples)
@@ -189,18 +199,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         engine = self._greedy_engine
 
         def generate(module_id, prompts, num_samples):
-            module = self.module[module_id]
-            module.activate()
-            return engine.generate(module.causal_lm, prompts, num_samples)
+            return self._generate(module_id, prompts, num_samples, engine=engine)
 
-        roots = {}
-        for seed in task_seeds:
-            env = self.env.clone()
-            env.reset(seed=int(seed))
-            roots[f"{self.config.env}/seed={seed}"] = env
         with torch.no_grad():
             return TreeSampler(generate, self.module_for_agent, num_branches=1).run(
-                roots).episodes
+                self._roots(task_seeds)).episodes
 
     @override(EnvRunner)
     def sample(self, *, num_tasks: int | None = None, task_seeds: list[int] | None = None,
@@ -216,11 +219,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         start = time.perf_counter()
         seeds = task_seeds if task_seeds is not None else self.draw_task_seeds(
             num_tasks or int(self.config.num_tasks_per_iteration))
-        roots = {}
-        for seed in seeds:
-            env = self.env.clone()
-            env.reset(seed=int(seed))
-            roots[f"{self.config.env}/seed={seed}"] = env
+        roots = self._roots(seeds)
         generate = TimedCall(self._generate)
         if self.config.rollout == "trajectories":  # the vanilla-GRPO baseline
             sampler = TrajectorySampler(generate, self.module_for_agent,

@@ -63,7 +63,7 @@ def samples_per_row(module_batch) -> np.ndarray:
     return np.ones(len(module_batch), dtype=np.int64)
 
 
-def _trimmed_rows(module_batch, rows: np.ndarray) -> SampleBatch:
+def trimmed_rows(module_batch, rows: np.ndarray) -> SampleBatch:
     """The given rows of a module's batch, without the padding columns they all share at the
     right (rows are padded to the module's longest; a minibatch only to its own)."""
     index = torch.as_tensor(rows, dtype=torch.long)
@@ -105,7 +105,7 @@ class ATGRPOTorchLearner(TorchLearner):
         num_steps = self._agreed_num_steps(len(steps))
         # Built one step at a time: each minibatch is a copy of its rows.
         for step in steps:
-            yield MultiAgentBatch({m: _trimmed_rows(batches[m], rows) for m, rows in step.items()},
+            yield MultiAgentBatch({m: trimmed_rows(batches[m], rows) for m, rows in step.items()},
                                   env_steps=batch.env_steps())
         for _ in range(num_steps - len(steps)):
             yield MultiAgentBatch({}, env_steps=0)

@@ -15,6 +15,8 @@ import torch
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from toy_ray import TINY as TINY_LLAMA
+
 from pettingllms_rllib.core.batching import pack_records, pad_records
 from pettingllms_rllib.core.loss import clipped_token_loss
 from pettingllms_rllib.core.records import GroupKey, SampleRecord
@@ -26,9 +28,7 @@ from pettingllms_rllib.models.rl_modules import (
     SharedBaseLoRAMultiRLModule,
 )
 
-TINY = {"name_or_path": "tiny-random", "tiny_config": {
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 2, "num_key_value_heads": 1}}
+TINY = {"name_or_path": "tiny-random", "tiny_config": TINY_LLAMA}
 SPACE = gymnasium.spaces.Text(8)
 #: (prompt length, response lengths) per group: unequal responses, one group smaller than K.
 GROUPS = [(6, [3, 7, 1, 4]), (11, [2, 2, 9, 5]), (4, [5, 8])]
