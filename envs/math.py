@@ -112,6 +112,39 @@ def parse_reasoner_answer(text: str) -> ParseResult:
     return ParseResult(value=answer)
 
 
+_ANSWER_SENTENCE = re.compile(r"\banswer\s*(?:is|:|=)\s*:?\s*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[,;\n]|\.(?=\s|$)")
+_DIGIT = re.compile(r"\d")
+#: Answer formats of the reasoner: ``\boxed{...}`` (the paper's) or a closing sentence "The
+#: answer is 12." that ~100M-parameter instruct models already write unprompted.
+ANSWER_FORMATS = ("boxed", "sentence")
+#: The ``sentence`` format as the prompts show it: a placeholder, never a correct answer.
+SENTENCE_PLACEHOLDER = "The answer is <number>."
+
+
+def parse_answer_sentence(text: str) -> ParseResult:
+    """The reasoner's answer in the ``sentence`` format: its last complete ``\\boxed{...}`` if
+    it has one, else what follows the LAST "answer is" / "answer:" / "answer =" (any case) up
+    to the end of that clause (a comma, semicolon, line end or sentence-ending period), with
+    ``$``, ``*`` and backquotes stripped. The answer must contain a digit, so a copied
+    placeholder such as ``<number>`` is a parse error, not a wrong answer."""
+    if extract_boxed(text) is not None:
+        return parse_reasoner_answer(text)
+    last = None
+    for last in _ANSWER_SENTENCE.finditer(text):
+        pass
+    if last is None:
+        return ParseResult(error="no 'The answer is ...' sentence")
+    rest = text[last.end(): last.end() + 4 * MAX_ANSWER_CHARS]
+    end = _SENTENCE_END.search(rest)
+    answer = _clean_candidate(rest[:end.start() if end else len(rest)].strip().strip("*`"))
+    if not _DIGIT.search(answer):
+        return ParseResult(error=f"no number after 'answer is': {answer[:40]!r}")
+    if len(answer) > MAX_ANSWER_CHARS:
+        return ParseResult(error=f"answer longer than {MAX_ANSWER_CHARS} characters")
+    return ParseResult(value=answer)
+
+
 def parse_program_output(stdout: str) -> ParseResult:
     """The tool program's answer: the last non-empty line of its stdout, stripped (a line of
     more than :data:`MAX_ANSWER_CHARS` characters, or no output at all, is an error)."""
@@ -309,6 +342,12 @@ _SOLO_REASONER = Role(
                 "check it with a Python program (in a ```python block) run in a sandbox.",
     parse=parse_reasoner_answer,
 )
+#: The reasoner of the ``sentence`` answer format (:func:`parse_answer_sentence`).
+_SENTENCE_REASONER = Role(
+    name="reasoner",
+    description="Solves the problem and ends with the sentence 'The answer is <answer>.'.",
+    parse=parse_answer_sentence,
+)
 _TOOL = Role(
     name="tool",
     description="Writes a Python program (in a ```python block) that prints the final answer "
@@ -390,6 +429,10 @@ class MathEnv(TextParallelEnv):
             executor, or a fake in tests).
         single_agent: the single-agent baseline above: the reasoner alone, checking its answer
             with its own program (False).
+        answer_format: how the reasoner gives its final answer: "boxed" (the paper's
+            ``\\boxed{...}``, default) or "sentence" (a closing "The answer is 12.", read by
+            :func:`parse_answer_sentence`; a box still counts). ~100M-parameter instruct models
+            write the sentence unprompted but almost never a box.
     """
 
     metadata = {"name": "math_v0"}
@@ -406,7 +449,10 @@ class MathEnv(TextParallelEnv):
                  correct_reward: float = 1.0, wrong_reward: float = 0.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
-                 single_agent: bool = False):
+                 single_agent: bool = False, answer_format: str = "boxed"):
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format={answer_format!r}; accepted: {ANSWER_FORMATS}")
+        self.answer_format = answer_format
         self.difficulty, self.kinds = check_generator_args(difficulty, kinds)
         self.test_fraction = check_float("test_fraction", test_fraction)
         if not 0.0 <= self.test_fraction <= 1.0:
@@ -427,6 +473,10 @@ class MathEnv(TextParallelEnv):
             self.possible_agents = ["reasoner"]
             self.workflow = [("reasoner",)]
             self.roles = {"reasoner": _SOLO_REASONER}
+        if answer_format == "sentence":
+            self.roles = {**self.roles, "reasoner": dataclasses.replace(
+                self.roles["reasoner"], parse=parse_answer_sentence,
+                description=_SENTENCE_REASONER.description)}
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
                          invalid_action_penalty=check_float("invalid_action_penalty",
                                                              invalid_action_penalty))
@@ -525,10 +575,13 @@ class MathEnv(TextParallelEnv):
         own, theirs = self.answers[agent].report, self.answers[other].report
         if self.prompt_style == "compact":
             lines = [f"Problem: {question}"]
-            if self.turn:
-                lines.append(f"Your answer: {clip_text(own, 80)}. "
-                             f"Other agent: {clip_text(theirs, 80)}.")
-            lines.append(f"End with your answer like \\boxed{{{number}}}." if agent == "reasoner"
+            # Only the other agent's answer: shown its own wrong answer beside the tool's, the
+            # untrained 135M reasoner copies the tool's right one half as often (9 vs 22 of 32).
+            if self.turn and agent == "reasoner":
+                lines.append(f"The tool's program printed: {clip_text(theirs, 80)}.")
+            elif self.turn:
+                lines.append(f"The reasoner answered: {clip_text(theirs, 80)}.")
+            lines.append(self._compact_answer_line(number) if agent == "reasoner"
                          else f"Write a ```python block that prints the answer, like: "
                               f"print({number})")
             return "\n".join(lines)
@@ -546,7 +599,7 @@ class MathEnv(TextParallelEnv):
                       f"answer: {theirs}",
                       "If the answers differ, check both and decide which is right."]
         if agent == "reasoner":
-            lines.append(_boxed_instruction(number))
+            lines.append(self._answer_instruction(number))
         else:
             lines.append("Write a Python program in a ```python fenced block that solves the "
                          "problem and prints only the final answer on its last line, e.g. "
@@ -562,9 +615,23 @@ class MathEnv(TextParallelEnv):
                 return number
         raise RuntimeError(f"every example number equals the answer {self.problem.answer!r}")
 
+    def _answer_instruction(self, number: str) -> str:
+        """The full prompt's answer-format line for the reasoner."""
+        if self.answer_format == "boxed":
+            return _boxed_instruction(number)
+        return f"Reason step by step, then end with one line: {SENTENCE_PLACEHOLDER}"
+
+    def _compact_answer_line(self, number: str) -> str:
+        """The compact prompt's answer-format line for the reasoner."""
+        if self.answer_format == "boxed":
+            return f"End with your answer like \\boxed{{{number}}}."
+        return f"End with one line: {SENTENCE_PLACEHOLDER}"
+
     def prompt_examples(self) -> dict[str, str]:
         number = self.example_number()
-        examples = {"reasoner": f"\\boxed{{{number}}}", "tool": f"```python\nprint({number})\n```"}
+        reasoner = (f"\\boxed{{{number}}}" if self.answer_format == "boxed"
+                    else SENTENCE_PLACEHOLDER)
+        examples = {"reasoner": reasoner, "tool": f"```python\nprint({number})\n```"}
         return {agent: text for agent, text in examples.items() if agent in self.agents}
 
     def _observe_alone(self) -> str:
@@ -578,8 +645,7 @@ class MathEnv(TextParallelEnv):
             if self.turn:
                 lines.append(f"Your answer: {clip_text(own, 80)}. "
                              f"Your program: {clip_text(program, 80)}.")
-            lines.append(f"You work alone. End with your answer like \\boxed{{{number}}}; "
-                         "you may add a "
+            lines.append(f"You work alone. {self._compact_answer_line(number)} You may add a "
                          "```python block that prints it, to check it.")
             return "\n".join(lines)
         lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
@@ -587,13 +653,13 @@ class MathEnv(TextParallelEnv):
                  "You work alone: no other agent. You may check your answer with a Python "
                  "program in a ```python fenced block that prints only the answer on its last "
                  "line; it gets no input and runs in a sandbox with a "
-                 f"{self.sandbox_limits.wall_time_s:g} s limit. The episode ends when your boxed "
+                 f"{self.sandbox_limits.wall_time_s:g} s limit. The episode ends when your "
                  "answer and your program's answer agree."]
         if self.turn:
             lines += [f"Your latest answer: {own}",
                       f"What your latest program printed: {program}",
                       "If they differ, check both and decide which is right."]
-        lines.append(_boxed_instruction(number))
+        lines.append(self._answer_instruction(number))
         return "\n".join(lines)
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],

@@ -36,6 +36,17 @@ AGENT_REWARD_PREFIX = "env_runners/agent/"
 AGENT_REWARD_SUFFIX = "/episode_return_mean"
 AGENT_RETURN = re.compile(r"^env_runners/agent/([^/]+)/episode_return_mean$")
 MODULE_RATIO = re.compile(r"^learners/([^/]+)/policy_behaviour_ratio$")
+#: Per-module learning diagnostics, one panel each: (panel, series suffix, column pattern).
+MODULE_DIAGNOSTICS = (
+    (7, "entropy", re.compile(r"^learners/([^/]+)/entropy$")),
+    (8, "kl_to_start", re.compile(r"^learners/([^/]+)/kl_to_start$")),
+    (9, "advantage_std", re.compile(r"^at_grpo/advantage_std/([^/]+)$")),
+    (10, "gradient_norm", re.compile(r"^learners/([^/]+)/gradients_default_optimizer_global_norm$")),
+    (11, "clip_fraction", re.compile(r"^learners/([^/]+)/clip_fraction$")),
+    (12, "response_tokens_mean", re.compile(r"^env_runners/agent/([^/]+)/response_tokens_mean$")),
+)
+#: Panels whose series are one per module or agent (told apart by linestyle).
+PER_MODULE_PANELS = (1, 4) + tuple(panel for panel, _, _ in MODULE_DIAGNOSTICS)
 #: Seconds of one part of an iteration (``pettingllms_rllib.core.timing.TIME_PARTS``).
 TIME_PART = re.compile(r"^at_grpo/time_s/([^/]+)$")
 ITERATION_SECONDS = "at_grpo/iteration_s"
@@ -270,12 +281,18 @@ def _panel_series(trials: Sequence[Trial]) -> list[tuple[int, str, str]]:
     series.append((6, "held_out_untrained_success_rate", HELD_OUT_UNTRAINED))
     parts = _columns(trials, TIME_PART)
     series += [(5, f"time_s/{part}", parts[part]) for part in TIME_PARTS if part in parts]
+    for panel, suffix, pattern in MODULE_DIAGNOSTICS:
+        series += [(panel, f"{module}/{suffix}", column)
+                   for module, column in _columns(trials, pattern).items()]
     return series
 
 
 PANELS = ("success rate", "per-agent episode return", "turns per episode",
           "zero-variance group share", "policy / behaviour prob ratio (per module)",
-          "seconds per iteration, by part", "held-out success vs generated tokens")
+          "seconds per iteration, by part", "held-out success vs generated tokens",
+          "policy entropy (per module, nats/token)", "KL from the starting policy (per module)",
+          "advantage std (per module)", "gradient norm (per module)",
+          "clip fraction (per module)", "response tokens (per agent)")
 
 
 # ------------------------------------------------------------------------------------ plot
@@ -287,7 +304,9 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     several trials is its mean with a min-max band, one trial is a plain line. Beside the PNG,
     ``<out>.json`` maps arm label -> ``training_iteration``, the plotted means per series
     (``success_rate``, ``<agent>/episode_return_mean``, ``episode_turns_mean``,
-    ``zero_variance_group_fraction``, ``<module>/policy_behaviour_ratio``; each aligned to
+    ``zero_variance_group_fraction``, ``<module>/policy_behaviour_ratio``, the diagnostics
+    ``<module>/{entropy,kl_to_start,advantage_std,gradient_norm,clip_fraction}`` and
+    ``<agent>/response_tokens_mean``, ``iteration_s``, ``time_s/<part>``, ``held_out_*``; each aligned to
     that arm's iterations, null where no seed logged it), ``spread`` (min, max, std, n per
     iteration for each series), ``trials``, ``seeds`` and ``band``.
     Raises FileNotFoundError naming the folders when none holds a trial with progress rows.
@@ -305,13 +324,14 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
             "no trial with rows in progress.csv under " + ", ".join(str(d) for d in run_dirs))
     arms = group_trials(trials, group_by)
 
-    fig, axes = plt.subplots(2, 4, figsize=(22, 8.5))
+    fig, axes = plt.subplots(3, 5, figsize=(27, 12.5))
     axes = axes.ravel()
     colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
     styles = ("-", "--", ":", "-.")
     # One linestyle per agent / module across all arms, so a style means the same everywhere.
     style_of = {(panel, name): styles[i % len(styles)]
-                for panel, pattern in ((1, AGENT_RETURN), (4, MODULE_RATIO))
+                for panel, pattern in ((1, AGENT_RETURN), (4, MODULE_RATIO)) + tuple(
+                    (panel, pattern) for panel, _, pattern in MODULE_DIAGNOSTICS)
                 for i, name in enumerate(_columns(trials, pattern))}
     summary: dict[str, Any] = {}
     drawn = [False] * len(PANELS)
@@ -334,7 +354,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
             elif panel == 6:
                 _draw_held_out(ax, name, stats, members, color, label)
             else:
-                sub = name.split("/")[0] if panel in (1, 4) else None
+                sub = name.split("/")[0] if panel in PER_MODULE_PANELS else None
                 if len(members) > 1:
                     ax.fill_between(x, stats["min"], stats["max"], color=color, alpha=0.18,
                                     linewidth=0)
@@ -360,14 +380,15 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
         ax.set_xlabel("generated tokens" if title == PANELS[6] else "training iteration")
         ax.grid(alpha=0.3)
         if has_data:
-            if title in (PANELS[1], PANELS[4], PANELS[5], PANELS[6]):
+            if PANELS.index(title) in PER_MODULE_PANELS + (5, 6):
                 ax.legend(fontsize=6)
         else:
             ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center",
                     transform=ax.transAxes, color="grey")
     for panel in (0, 3, 6):
         axes[panel].set_ylim(-0.05, 1.05)
-    key_ax = axes[7]
+    axes[13].axis("off")
+    key_ax = axes[14]
     key_ax.axis("off")
     key_ax.legend(handles=legend_handles, loc="upper left", fontsize=7, title="arms",
                   title_fontsize=8, frameon=False)

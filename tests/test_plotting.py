@@ -220,3 +220,23 @@ def test_held_out_success_is_drawn_against_generated_tokens_where_it_was_evaluat
     (arm,) = read_json(plot_experiment(run, run / "learning_curve.png")).values()
     assert arm["held_out_success_rate"] == [None, 0.25, None]
     assert arm["held_out_untrained_success_rate"] == pytest.approx([0.1, 0.1, 0.1])
+
+
+DIAGNOSTIC_COLUMNS = ("learners/tool/entropy", "learners/planner/entropy",
+                      "learners/tool/kl_to_start", "at_grpo/advantage_std/tool",
+                      "learners/tool/gradients_default_optimizer_global_norm",
+                      "learners/tool/clip_fraction",
+                      "env_runners/agent/planner/response_tokens_mean")
+
+
+def test_learning_diagnostics_are_drawn_and_exported_per_module(tmp_path):
+    run = tmp_path / "diagnosed"
+    make_trial(run, "only", base_params(), [1.0, 2.0], columns=COLUMNS + DIAGNOSTIC_COLUMNS)
+    (arm,) = read_json(plot_experiment(run, run / "learning_curve.png")).values()
+    offset = len(COLUMNS)
+    assert arm["tool/entropy"] == pytest.approx([1.0 + offset, 2.0 + offset])
+    assert arm["planner/entropy"] == pytest.approx([2.0 + offset, 3.0 + offset])
+    assert arm["tool/kl_to_start"] == pytest.approx([3.0 + offset, 4.0 + offset])
+    assert {"tool/advantage_std", "tool/gradient_norm", "tool/clip_fraction",
+            "planner/response_tokens_mean"} <= set(arm)
+    assert "planner/kl_to_start" not in arm  # never logged: not drawn, not invented

@@ -33,6 +33,8 @@ NUM_GRADIENT_STEPS = "num_gradient_steps"
 NUM_SAMPLES_TRAINED = "num_samples_trained"
 
 
+#: Learner metric: KL of the module's policy from its starting policy (see _log_kl_to_start).
+KL_TO_START = "kl_to_start"
 #: Elements per all-reduce when averaging gradients (256 MiB of fp32): bounds the extra memory.
 _ALLREDUCE_BUCKET_ELEMENTS = 1 << 26
 
@@ -102,6 +104,7 @@ class ATGRPOTorchLearner(TorchLearner):
                 (module_id, NUM_SAMPLES_TRAINED): int(sum(
                     counts[step[module_id]].sum() for step in steps if module_id in step)),
             }, window=1)
+        self._kl_to_start_pending = set(batches)
         num_steps = self._agreed_num_steps(len(steps))
         # Built one step at a time: each minibatch is a copy of its rows.
         for step in steps:
@@ -125,6 +128,7 @@ class ATGRPOTorchLearner(TorchLearner):
     @override(TorchLearner)
     def build(self) -> None:
         self._check_device_memory()
+        self._kl_to_start_pending: set = set()  # modules whose kl_to_start this update owes
         super().build()
 
     def _check_device_memory(self) -> None:
@@ -251,4 +255,22 @@ class ATGRPOTorchLearner(TorchLearner):
             (module_id, "entropy"): _masked_mean(fwd_out[TOKEN_ENTROPY],
                                                  batch["response_mask"]),
         }, window=1)
+        if module_id in self._kl_to_start_pending:
+            self._kl_to_start_pending.discard(module_id)
+            self._log_kl_to_start(module_id, batch, fwd_out)
         return loss
+
+    def _log_kl_to_start(self, module_id, batch, fwd_out) -> None:
+        """``kl_to_start``: how far the policy has moved from where training began, as the k3
+        estimate ``E[exp(r) - r - 1]``, ``r = logp_start - logp``, over the response tokens of
+        the module's first minibatch of the update (one extra no-grad forward per module and
+        update; the tokens are samples of the current policy, up to the clip). Only modules
+        that can recover their starting policy for free (LoRA adapters) log it."""
+        start = self._module[module_id].starting_logprobs(batch)
+        if start is None:
+            return
+        mask = batch["response_mask"].to(torch.float32)
+        diff = (start - fwd_out[TOKEN_LOGP].detach()).float() * mask
+        self.metrics.log_value((module_id, KL_TO_START),
+                               _masked_mean(torch.exp(diff) - diff - 1.0, batch["response_mask"]),
+                               window=1)

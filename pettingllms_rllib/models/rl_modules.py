@@ -75,6 +75,15 @@ class CausalLMRLModule(TorchRLModule):
     @override(TorchRLModule)
     def _forward(self, batch, **kwargs):
         self.activate()
+        return self._response_logprobs(batch)
+
+    def starting_logprobs(self, batch) -> torch.Tensor | None:
+        """Log-probs of the batch's response tokens under the policy training started from,
+        the reference of the ``kl_to_start`` diagnostic; None when the module keeps no copy
+        of it (full fine-tuning would need a second model in memory)."""
+        return None
+
+    def _response_logprobs(self, batch) -> dict[str, torch.Tensor]:
         input_ids = batch["input_ids"].long()
         autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
                     torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
@@ -124,6 +133,13 @@ class LoRAAdapterRLModule(CausalLMRLModule):
         for name, param in self.causal_lm.named_parameters():
             if "lora_" in name:
                 param.requires_grad_(True)
+
+    @override(CausalLMRLModule)
+    def starting_logprobs(self, batch) -> torch.Tensor:
+        """The frozen base model is the starting policy: the same forward with the adapters
+        switched off (no gradient, no copy)."""
+        with torch.no_grad(), self.causal_lm.disable_adapter():
+            return self._response_logprobs(batch)[TOKEN_LOGP]
 
     @override(CausalLMRLModule)
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -56,6 +56,11 @@ def test_every_n_iterations_the_held_out_set_is_played_with_the_current_weights(
         trained_modules = [m for m in AGENTS if m in results[0]["learners"]]
         assert trained_modules and all(
             results[0]["learners"][m]["entropy"] > 0 for m in trained_modules)
+        # KL from the starting policy: zero before the first step (LoRA B starts at 0), then
+        # the adapters move the policy away from the base model
+        assert all(abs(results[0]["learners"][m]["kl_to_start"]) < 1e-6 for m in trained_modules)
+        assert all(results[-1]["learners"][m]["kl_to_start"] > 1e-6
+                   for m in AGENTS if m in results[-1]["learners"])
         # the evaluating runner held the learner's weights of iteration 2
         learner = algo.learner_group._learner.module
         runner = (algo.eval_env_runner_group or algo.env_runner_group).local_env_runner.module

@@ -20,6 +20,8 @@ from pettingllms_envs.math import (
     extract_python_code,
     math_equal,
     parse_math,
+    SENTENCE_PLACEHOLDER,
+    parse_answer_sentence,
     parse_program_output,
     parse_reasoner_answer,
     to_ascii,
@@ -447,7 +449,8 @@ def test_compact_prompt_keeps_the_state_and_answer_format():
     assert obs["reasoner"].startswith("Problem: What is 1 divided by 2?")
     assert "\\boxed{42}" in obs["reasoner"] and "print(42)" in obs["tool"]
     obs, *_ = env.step({"reasoner": "\\boxed{1}", "tool": _program("2")})
-    assert "Other agent: 2." in obs["reasoner"] and "Other agent: 1." in obs["tool"]
+    assert "The tool's program printed: 2." in obs["reasoner"]
+    assert "The reasoner answered: 1." in obs["tool"]
     assert max(len(t.splitlines()) for t in obs.values()) <= 4
 
 
@@ -511,3 +514,49 @@ def test_env_step_never_raises_on_hostile_text(text):
     assert all(math.isfinite(r) for r in rewards.values())
     for agent, observation in obs.items():
         assert env.observation_space(agent).contains(observation)
+
+
+# ------------------------------------------------------------------------------ sentence format
+@pytest.mark.parametrize("text,answer", [
+    ("8 + 4 + 4 = 16\n\nThe answer is 16.", "16"),
+    ("The answer is -10", "-10"),
+    ("answer: 3/4.", "3/4"),
+    ("The Answer is **0.5**.\nThanks", "0.5"),
+    ("The answer is 7, which is odd.", "7"),
+    ("First the answer is 3. No, the answer is $5$.", "5"),
+    ("The answer is 12 but \\boxed{13}", "13"),
+])
+def test_sentence_answer_is_what_follows_the_last_answer_is(text, answer):
+    assert parse_answer_sentence(text) == ParseResult(value=answer)
+
+
+@pytest.mark.parametrize("text", ["16", "So it is 16.", SENTENCE_PLACEHOLDER,
+                                  "The answer is unknown.", "The answer is " + "9" * 400])
+def test_sentence_answers_without_a_number_after_answer_is_are_parse_errors(text):
+    assert not parse_answer_sentence(text).ok
+
+
+def test_sentence_format_scores_the_sentence_and_shows_a_placeholder_never_an_answer():
+    env = _env(MathProblem(id="a", question="Compute the value of 8 + 4 + 4.", answer="16"),
+               prompt_style="compact", answer_format="sentence")
+    obs = env.current_observations()
+    assert SENTENCE_PLACEHOLDER in obs["reasoner"] and "boxed" not in obs["reasoner"]
+    assert env.prompt_examples()["reasoner"] == SENTENCE_PLACEHOLDER
+    _, rewards, terms, _, infos = env.step({"reasoner": "8 + 4 + 4 = 16. The answer is 16.",
+                                            "tool": _program("16")})
+    assert infos["reasoner"]["success"] and rewards["reasoner"] == 2.0 and all(terms.values())
+    env.reset(seed=0, options={"problem": env.problem})
+    _, rewards, *_ = env.step({"reasoner": SENTENCE_PLACEHOLDER, "tool": _program("16")})
+    assert rewards["reasoner"] == -1.0  # the copied placeholder is an invalid action
+
+
+def test_sentence_format_applies_to_the_single_agent_and_full_prompts():
+    env = MathEnv(code_runner=_fake_python, answer_format="sentence", single_agent=True)
+    obs, _ = env.reset(seed=4)
+    assert SENTENCE_PLACEHOLDER in obs["reasoner"]
+    assert env.roles["reasoner"].parse("The answer is 3.") == ParseResult(value="3")
+
+
+def test_unknown_answer_format_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="answer_format.*boxed.*sentence"):
+        MathEnv(answer_format="latex")
