@@ -96,8 +96,19 @@ def _plot(args: argparse.Namespace) -> int:
         out = run_dirs[0] / "learning_curve.png"
     else:
         out = Path("learning_curves.png")
+    references = {}
+    for item in args.reference or ():
+        label, _, value = item.rpartition("=")
+        try:
+            references[label] = float(value)
+        except ValueError:
+            label = ""
+        if not label:
+            logger.error("--reference wants LABEL=NUMBER, e.g. 'best constant=0.05'; got %r",
+                         item)
+            return 2
     try:
-        path = plot_runs(run_dirs, out, group_by=args.group_by)
+        path = plot_runs(run_dirs, out, group_by=args.group_by, references=references)
     except FileNotFoundError as exc:
         logger.error("%s", exc)
         return 2
@@ -204,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--group-by", choices=("arm", "name", "trial", "run_dir"), default="arm",
                       help="arm: same folder and config apart from the seed (default); name: "
                            "same-named folders count as one (one seed per folder)")
+    plot.add_argument("--reference", action="append", metavar="LABEL=RATE",
+                      help="a held-out success rate drawn as a horizontal line on the held-out "
+                           "panel, e.g. 'best constant answer=0.05' (repeatable)")
     plot.set_defaults(func=_plot)
     report = sub.add_parser("report", help="Markdown comparison table of eval.json records")
     report.add_argument("eval_paths", nargs="+", metavar="EVAL_PATH",

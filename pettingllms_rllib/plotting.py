@@ -297,7 +297,8 @@ PANELS = ("success rate", "per-agent episode return", "turns per episode",
 
 # ------------------------------------------------------------------------------------ plot
 def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
-              group_by: str | Callable[[Trial], str] = "arm") -> Path:
+              group_by: str | Callable[[Trial], str] = "arm",
+              references: dict[str, float] | None = None) -> Path:
     """Draw the learning curves of every trial under ``run_dirs`` into ``out_path`` (PNG).
 
     Trials are grouped into arms by ``group_by`` (see :func:`group_trials`); an arm with
@@ -309,6 +310,9 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     ``<agent>/response_tokens_mean``, ``iteration_s``, ``time_s/<part>``, ``held_out_*``; each aligned to
     that arm's iterations, null where no seed logged it), ``spread`` (min, max, std, n per
     iteration for each series), ``trials``, ``seeds`` and ``band``.
+    ``references`` (label -> success rate, e.g. the best constant answer on the same held-out
+    set from ``eval``) are drawn as dotted horizontal lines on the held-out panel and stored
+    under the JSON's ``__references__`` key.
     Raises FileNotFoundError naming the folders when none holds a trial with progress rows.
     """
     import matplotlib
@@ -375,6 +379,12 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
         legend_handles.append(plt.Line2D([], [], color=color, marker="o",
                                          label=f"{label} (n={len(members)})"))
 
+    for index, (name, rate) in enumerate((references or {}).items()):
+        axes[6].axhline(rate, color="black", linestyle=(":", "-.")[index % 2], linewidth=1.2,
+                        label=f"{name} ({rate:.3f})")
+        drawn[6] = True
+    if references:
+        summary["__references__"] = dict(references)
     for ax, title, has_data in zip(axes, PANELS, drawn):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("generated tokens" if title == PANELS[6] else "training iteration")

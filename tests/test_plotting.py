@@ -240,3 +240,17 @@ def test_learning_diagnostics_are_drawn_and_exported_per_module(tmp_path):
     assert {"tool/advantage_std", "tool/gradient_norm", "tool/clip_fraction",
             "planner/response_tokens_mean"} <= set(arm)
     assert "planner/kl_to_start" not in arm  # never logged: not drawn, not invented
+
+
+def test_reference_rates_are_drawn_on_the_held_out_panel_and_exported(two_arms, tmp_path):
+    out = plot_runs([two_arms], tmp_path / "curves.png",
+                    references={"best constant answer": 0.047, "untrained alone": 0.06})
+    assert read_json(out)["__references__"] == {"best constant answer": 0.047,
+                                                "untrained alone": 0.06}
+
+
+@pytest.mark.parametrize("bad", ["0.05", "constant=", "constant=high"])
+def test_cli_plot_refuses_a_malformed_reference(two_arms, tmp_path, bad):
+    assert main(["plot", str(two_arms), "--out", str(tmp_path / "c.png"),
+                 "--reference", bad]) == 2
+    assert not (tmp_path / "c.png").exists()

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The CPU replication of the paper's comparisons on Plan-Path (issue 5), one command:
+# The CPU replication of the paper's comparisons, one command per task (TASK=math or
+# plan_path, the default):
 #
-#   bench/replicate_plan_path.sh                      # everything, 3 seeds (hours on 2 cores)
-#   SEEDS="0" ARMS="atgrpo_per_role vanilla_grpo" TASKS=16 bench/replicate_plan_path.sh
+#   TASK=math bench/replicate.sh                      # everything, 3 seeds (hours on 2 cores)
+#   SEEDS="0" ARMS="atgrpo_per_role vanilla_grpo" TASKS=16 bench/replicate.sh
 #   EXTRA_SET='stop={training_iteration: 1}' ...      # extra --set overrides for every training
-#   SEEDS=1 SUMMARY=0 bench/replicate_plan_path.sh & SEEDS=2 SUMMARY=0 bench/replicate_plan_path.sh
+#   SEEDS=1 SUMMARY=0 bench/replicate.sh & SEEDS=2 SUMMARY=0 bench/replicate.sh
 #                                                     # seeds in parallel (a training uses one
 #                                                     # core), then once without SUMMARY=0 (it
 #                                                     # reuses every finished training)
 #
-# For every arm and seed: train with tune_configs/baselines/plan_path_<arm>_cpu.yaml (all arms
+# For every arm and seed: train with tune_configs/baselines/<task>_<arm>_cpu.yaml (all arms
 # stop at the same generated-token budget), evaluate the LAST checkpoint (no checkpoint is picked
 # on the evaluation set) on the fixed evaluation seeds with greedy decoding; then the untrained
 # base model (prompt-only, as a team and as a single agent) and the role swap of every per-role
@@ -17,15 +18,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OUT=${OUT:-runs/replication}
+TASK=${TASK:-plan_path}
+OUT=${OUT:-runs/replication_$TASK}
 SEEDS=${SEEDS:-"0 1 2"}
 ARMS=${ARMS:-"atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"}
 TASKS=${TASKS:-64}
 CLI=${CLI:-.venv/bin/pettingllms-rllib}
 EXTRA_SET=${EXTRA_SET:-}
 SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines, report, plot)
-ENV_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact"}'
-SOLO_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact", "single_agent": true}'
+case "$TASK" in  # the env of the task's baselines/ configs, for the untrained rows
+  plan_path)
+    ENV_ID=plan_path_v0 MAX_NEW_TOKENS=16
+    ENV_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact"'
+    ;;
+  math)
+    ENV_ID=math_v0 MAX_NEW_TOKENS=40
+    ENV_CONFIG='{"dataset": "generated", "difficulty": 1, "kinds": ["arithmetic"], "max_turns": 2, "alpha": 1.0, "prompt_style": "compact", "answer_format": "sentence"'
+    ;;
+  *) echo "TASK must be plan_path or math, got $TASK" >&2; exit 2 ;;
+esac
+SOLO_CONFIG="$ENV_CONFIG, \"single_agent\": true}"
+ENV_CONFIG="$ENV_CONFIG}"
 
 last_checkpoint() {  # the newest checkpoint of the only trial under $1
   find "$1" -maxdepth 3 -type d -name 'checkpoint_*' | sort | tail -1
@@ -38,7 +51,7 @@ for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at
       rm -rf "$run"
       extra=()
       if [ -n "$EXTRA_SET" ]; then extra=(--set "$EXTRA_SET"); fi
-      "$CLI" train "tune_configs/baselines/plan_path_${arm}_cpu.yaml" --output "$run" \
+      "$CLI" train "tune_configs/baselines/${TASK}_${arm}_cpu.yaml" --output "$run" \
         --set 'grid={}' --set "debugging.seed=$seed" "${extra[@]}"
       touch "$run/.trained"
     fi
@@ -53,11 +66,11 @@ for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at
 done
 
 if [ "$SUMMARY" = 0 ]; then exit 0; fi
-"$CLI" eval --base-model smollm2-135m-instruct --env plan_path_v0 --env-config "$ENV_CONFIG" \
-  --max-new-tokens 16 --num-tasks "$TASKS" --arm prompt_only --label prompt_only \
+"$CLI" eval --base-model smollm2-135m-instruct --env "$ENV_ID" --env-config "$ENV_CONFIG" \
+  --max-new-tokens "$MAX_NEW_TOKENS" --num-tasks "$TASKS" --arm prompt_only --label prompt_only \
   --out "$OUT/eval/prompt_only"
-"$CLI" eval --base-model smollm2-135m-instruct --env plan_path_v0 --env-config "$SOLO_CONFIG" \
-  --max-new-tokens 16 --num-tasks "$TASKS" --arm prompt_only_single_agent \
+"$CLI" eval --base-model smollm2-135m-instruct --env "$ENV_ID" --env-config "$SOLO_CONFIG" \
+  --max-new-tokens "$MAX_NEW_TOKENS" --num-tasks "$TASKS" --arm prompt_only_single_agent \
   --label prompt_only_single_agent --out "$OUT/eval/prompt_only_single_agent"
 
 "$CLI" report "$OUT/eval" --out "$OUT/report.md"
