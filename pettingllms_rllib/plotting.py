@@ -44,6 +44,7 @@ MODULE_DIAGNOSTICS = (
     (10, "gradient_norm", re.compile(r"^learners/([^/]+)/gradients_default_optimizer_global_norm$")),
     (11, "clip_fraction", re.compile(r"^learners/([^/]+)/clip_fraction$")),
     (12, "response_tokens_mean", re.compile(r"^env_runners/agent/([^/]+)/response_tokens_mean$")),
+    (13, "reward_std", re.compile(r"^at_grpo/reward_std/([^/]+)$")),
 )
 #: Panels whose series are one per module or agent (told apart by linestyle).
 PER_MODULE_PANELS = (1, 4) + tuple(panel for panel, _, _ in MODULE_DIAGNOSTICS)
@@ -292,7 +293,8 @@ PANELS = ("success rate", "per-agent episode return", "turns per episode",
           "seconds per iteration, by part", "held-out success vs generated tokens",
           "policy entropy (per module, nats/token)", "KL from the starting policy (per module)",
           "advantage std (per module)", "gradient norm (per module)",
-          "clip fraction (per module)", "response tokens (per agent)")
+          "clip fraction (per module)", "response tokens (per agent)",
+          "within-group reward std (per module)")
 
 
 # ------------------------------------------------------------------------------------ plot
@@ -306,7 +308,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     ``<out>.json`` maps arm label -> ``training_iteration``, the plotted means per series
     (``success_rate``, ``<agent>/episode_return_mean``, ``episode_turns_mean``,
     ``zero_variance_group_fraction``, ``<module>/policy_behaviour_ratio``, the diagnostics
-    ``<module>/{entropy,kl_to_start,advantage_std,gradient_norm,clip_fraction}`` and
+    ``<module>/{entropy,kl_to_start,advantage_std,gradient_norm,clip_fraction,reward_std}`` and
     ``<agent>/response_tokens_mean``, ``iteration_s``, ``time_s/<part>``, ``held_out_*``; each aligned to
     that arm's iterations, null where no seed logged it), ``spread`` (min, max, std, n per
     iteration for each series), ``trials``, ``seeds`` and ``band``.
@@ -397,7 +399,6 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
                     transform=ax.transAxes, color="grey")
     for panel in (0, 3, 6):
         axes[panel].set_ylim(-0.05, 1.05)
-    axes[13].axis("off")
     key_ax = axes[14]
     key_ax.axis("off")
     key_ax.legend(handles=legend_handles, loc="upper left", fontsize=7, title="arms",

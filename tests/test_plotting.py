@@ -226,7 +226,8 @@ DIAGNOSTIC_COLUMNS = ("learners/tool/entropy", "learners/planner/entropy",
                       "learners/tool/kl_to_start", "at_grpo/advantage_std/tool",
                       "learners/tool/gradients_default_optimizer_global_norm",
                       "learners/tool/clip_fraction",
-                      "env_runners/agent/planner/response_tokens_mean")
+                      "env_runners/agent/planner/response_tokens_mean",
+                      "at_grpo/reward_std/planner")
 
 
 def test_learning_diagnostics_are_drawn_and_exported_per_module(tmp_path):
@@ -238,7 +239,7 @@ def test_learning_diagnostics_are_drawn_and_exported_per_module(tmp_path):
     assert arm["planner/entropy"] == pytest.approx([2.0 + offset, 3.0 + offset])
     assert arm["tool/kl_to_start"] == pytest.approx([3.0 + offset, 4.0 + offset])
     assert {"tool/advantage_std", "tool/gradient_norm", "tool/clip_fraction",
-            "planner/response_tokens_mean"} <= set(arm)
+            "planner/response_tokens_mean", "planner/reward_std"} <= set(arm)
     assert "planner/kl_to_start" not in arm  # never logged: not drawn, not invented
 
 

@@ -36,7 +36,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from pettingllms_rllib.algorithms.config import ATGRPOConfig
-from pettingllms_rllib.core.advantages import group_advantages
+from pettingllms_rllib.core.advantages import group_advantages, mean_group_reward_std
 from pettingllms_rllib.core.batching import batches_per_module
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.timing import TIME_PARTS, Stopwatch, time_shares
@@ -163,6 +163,10 @@ class ATGRPO(Algorithm):
             values = by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, "advantage_std", module_id),
                                    float(np.std(values)) if values else float("nan"), window=1)
+            own = [r for r in records if r.module_id == module_id]
+            self.metrics.log_value((AT_GRPO_RESULTS, "reward_std", module_id),
+                                   mean_group_reward_std([r.reward for r in own],
+                                                         [r.group_key for r in own]), window=1)
         self.metrics.log_dict({
             (AT_GRPO_RESULTS, "num_groups"): result.num_groups,
             (AT_GRPO_RESULTS, "zero_variance_group_fraction"): result.zero_variance_fraction,

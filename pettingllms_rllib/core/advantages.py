@@ -122,3 +122,20 @@ def group_advantages(rewards: Sequence[float], group_keys: Sequence[Hashable],
             advantages[idx] = centred / (_unbiased_std(group) + config.eps)
     return AdvantageResult(advantages=advantages, keep=keep, num_groups=len(members),
                            num_zero_variance_groups=zero_variance)
+
+
+def mean_group_reward_std(rewards: Sequence[float], group_keys: Sequence[Hashable]) -> float:
+    """Mean over groups of the rewards' population std within the group (NaN with no groups).
+
+    The comparison signal before normalisation: after it every non-degenerate group has the
+    same advantage spread (sqrt((K-1)/K) of unit sample std), so the advantage std says only
+    how many groups were kept; this says how different the K candidates' rewards were.
+    """
+    if len(rewards) != len(group_keys):
+        raise ValueError(f"{len(rewards)} rewards for {len(group_keys)} group keys")
+    groups: dict[Hashable, list[float]] = defaultdict(list)
+    for reward, key in zip(rewards, group_keys):
+        groups[key].append(float(reward))
+    if not groups:
+        return float("nan")
+    return float(np.mean([np.std(values) for values in groups.values()]))

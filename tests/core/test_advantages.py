@@ -59,3 +59,14 @@ def test_bad_options_are_rejected_with_accepted_values():
         AdvantageConfig(scale_scope="team")
     with pytest.raises(ValueError, match="group keys"):
         group_advantages([1, 2], ["g"])
+
+
+def test_mean_group_reward_std_averages_the_within_group_spread():
+    from pettingllms_rllib.core.advantages import mean_group_reward_std
+
+    rewards = [0.0, 2.0, 1.0, 1.0, 5.0]
+    keys = ["a", "a", "b", "b", "c"]  # std 1, 0 and 0 (a singleton)
+    assert mean_group_reward_std(rewards, keys) == pytest.approx(1.0 / 3)
+    assert np.isnan(mean_group_reward_std([], []))
+    with pytest.raises(ValueError, match="2 rewards for 1 group keys"):
+        mean_group_reward_std([1.0, 2.0], ["a"])

@@ -85,3 +85,24 @@ def test_autocast_computes_in_bf16_while_weights_and_outputs_stay_fp32():
     params = list(autocast.causal_lm.parameters())
     assert all(p.dtype == torch.float32 for p in params)
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in params)
+
+
+def test_a_lora_module_recovers_its_starting_policy_and_full_fine_tuning_keeps_none():
+    specs = {mid: RLModuleSpec(module_class=LoRAAdapterRLModule, observation_space=SPACE,
+                               action_space=SPACE) for mid in ("tool", "planner")}
+    multi = MultiRLModuleSpec(
+        multi_rl_module_class=SharedBaseLoRAMultiRLModule, rl_module_specs=specs,
+        model_config={"model": TINY, "lora": {"r": 2, "lora_alpha": 4}}).build()
+    planner = multi["planner"]
+    before = planner.forward_train(_batch())[TOKEN_LOGP].detach()
+    for param in planner.trainable_parameters():  # the adapter moves away from its start
+        torch.nn.init.normal_(param, std=0.5)
+    moved = planner.forward_train(_batch())[TOKEN_LOGP].detach()
+    start = planner.starting_logprobs(_batch())
+    mask = _batch()["response_mask"].bool()
+    assert not torch.allclose(moved[mask], before[mask])
+    torch.testing.assert_close(start[mask], before[mask])
+    assert not start.requires_grad
+    # the adapter is active again afterwards
+    torch.testing.assert_close(planner.forward_train(_batch())[TOKEN_LOGP].detach(), moved)
+    assert _module(False).starting_logprobs(_batch()) is None
