@@ -118,6 +118,10 @@ _DIGIT = re.compile(r"\d")
 #: Answer formats of the reasoner: ``\boxed{...}`` (the paper's) or a closing sentence "The
 #: answer is 12." that ~100M-parameter instruct models already write unprompted.
 ANSWER_FORMATS = ("boxed", "sentence")
+#: The compact prompt's tool instruction: a placeholder (a syntax error if copied), not an
+#: example answer. With ``print(42)`` instead, the untrained 135M tool's programs were right on
+#: 8 of 32 held-out problems (greedy), against 19 of 32 with this line.
+TOOL_PLACEHOLDER = "print(<the expression>)"
 #: The ``sentence`` format as the prompts show it: a placeholder, never a correct answer.
 SENTENCE_PLACEHOLDER = "The answer is <number>."
 
@@ -582,8 +586,7 @@ class MathEnv(TextParallelEnv):
             elif self.turn:
                 lines.append(f"The reasoner answered: {clip_text(theirs, 80)}.")
             lines.append(self._compact_answer_line(number) if agent == "reasoner"
-                         else f"Write a ```python block that prints the answer, like: "
-                              f"print({number})")
+                         else f"Write a ```python block with one line: {TOOL_PLACEHOLDER}")
             return "\n".join(lines)
         lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
                  question, ""]
@@ -631,7 +634,8 @@ class MathEnv(TextParallelEnv):
         number = self.example_number()
         reasoner = (f"\\boxed{{{number}}}" if self.answer_format == "boxed"
                     else SENTENCE_PLACEHOLDER)
-        examples = {"reasoner": reasoner, "tool": f"```python\nprint({number})\n```"}
+        tool = TOOL_PLACEHOLDER if self.prompt_style == "compact" else f"print({number})"
+        examples = {"reasoner": reasoner, "tool": f"```python\n{tool}\n```"}
         return {agent: text for agent, text in examples.items() if agent in self.agents}
 
     def _observe_alone(self) -> str:

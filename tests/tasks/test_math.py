@@ -21,6 +21,7 @@ from pettingllms_envs.math import (
     math_equal,
     parse_math,
     SENTENCE_PLACEHOLDER,
+    TOOL_PLACEHOLDER,
     parse_answer_sentence,
     parse_program_output,
     parse_reasoner_answer,
@@ -447,7 +448,8 @@ def test_compact_prompt_keeps_the_state_and_answer_format():
     env = _env(prompt_style="compact")
     obs = env.current_observations()
     assert obs["reasoner"].startswith("Problem: What is 1 divided by 2?")
-    assert "\\boxed{42}" in obs["reasoner"] and "print(42)" in obs["tool"]
+    assert "\\boxed{42}" in obs["reasoner"] and TOOL_PLACEHOLDER in obs["tool"]
+    assert env.prompt_examples()["tool"] == f"```python\n{TOOL_PLACEHOLDER}\n```"
     obs, *_ = env.step({"reasoner": "\\boxed{1}", "tool": _program("2")})
     assert "The tool's program printed: 2." in obs["reasoner"]
     assert "The reasoner answered: 1." in obs["tool"]
