@@ -240,6 +240,17 @@ class ATGRPOTorchLearner(TorchLearner):
         return {ref: param.grad for ref, param in self._params.items() if param.grad is not None}
 
     @override(TorchLearner)
+    def postprocess_gradients_for_module(self, *, module_id, config=None,
+                                         module_gradients_dict):
+        """A module absent from this minibatch has no gradients: nothing to clip, and RLlib's
+        ``gradients_default_optimizer_global_norm`` (window 1) must not be overwritten with
+        the 0 of an empty set, so it stays the norm of the module's last minibatch."""
+        if not module_gradients_dict:
+            return {}
+        return super().postprocess_gradients_for_module(
+            module_id=module_id, config=config, module_gradients_dict=module_gradients_dict)
+
+    @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         loss, stats = clipped_token_loss(
             fwd_out[TOKEN_LOGP], batch["old_logp"], batch["advantages"], batch["response_mask"],

@@ -128,8 +128,13 @@ class LoRAAdapterRLModule(CausalLMRLModule):
     @override(CausalLMRLModule)
     def activate(self) -> None:
         self.causal_lm.base_model.set_adapter(self.adapter_name)
-        # peft's set_adapter turns requires_grad off for every other adapter; another module
-        # of the same base may still need its gradients in this very update (peft behaviour).
+        self._keep_every_adapter_trainable()
+
+    def _keep_every_adapter_trainable(self) -> None:
+        """peft's set_adapter (also run when ``disable_adapter()`` exits) turns requires_grad
+        off for every other adapter; another module of the same base may still need its
+        gradients in this very update, and a leaf that no longer requires grad gets none from
+        the backward pass (peft behaviour)."""
         for name, param in self.causal_lm.named_parameters():
             if "lora_" in name:
                 param.requires_grad_(True)
@@ -138,8 +143,11 @@ class LoRAAdapterRLModule(CausalLMRLModule):
     def starting_logprobs(self, batch) -> torch.Tensor:
         """The frozen base model is the starting policy: the same forward with the adapters
         switched off (no gradient, no copy)."""
-        with torch.no_grad(), self.causal_lm.disable_adapter():
-            return self._response_logprobs(batch)[TOKEN_LOGP]
+        try:
+            with torch.no_grad(), self.causal_lm.disable_adapter():
+                return self._response_logprobs(batch)[TOKEN_LOGP]
+        finally:
+            self._keep_every_adapter_trainable()
 
     @override(CausalLMRLModule)
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

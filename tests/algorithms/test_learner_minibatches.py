@@ -107,3 +107,31 @@ def test_shared_prefix_minibatches_are_whole_groups_counted_in_samples(learner):
     # groups of 4+4 | 4+4 | 3+4 | 4: no minibatch above 8 samples, no group split
     assert results["writer"][NUM_GRADIENT_STEPS].peek() == 4
     assert results["writer"][NUM_SAMPLES_TRAINED].peek() == 27
+
+
+def test_a_module_absent_from_the_last_minibatch_keeps_its_real_gradient_norm(learner):
+    # reviewer: 4 rows, one minibatch; writer: 28 rows, four; the last steps hold only writer
+    batch = MultiAgentBatch({"writer": per_row_batch(28, 100),
+                             "reviewer": per_row_batch(4, 1000)}, env_steps=32)
+    _, results = rows_seen_by_loss(learner, batch, num_epochs=1, minibatch_size=8,
+                                   shuffle_batch_per_epoch=False)
+    norm = "gradients_default_optimizer_global_norm"
+    assert results["reviewer"][norm].peek() > 0 and results["writer"][norm].peek() > 0
+
+
+@pytest.mark.parametrize("sizes", [(8, 8), (28, 4)])
+def test_every_trainable_parameter_of_every_module_changes_in_an_update(learner, sizes):
+    # Both modules share minibatches here; the kl_to_start forward with the adapters off
+    # once left one of them without gradients (peft's set_adapter on leaving disable_adapter).
+    import torch
+
+    before = {m: [p.detach().clone() for p in learner.module[m].trainable_parameters()]
+              for m in AGENTS}
+    batch = MultiAgentBatch({"writer": per_row_batch(sizes[0], 100),
+                             "reviewer": per_row_batch(sizes[1], 1000)}, env_steps=32)
+    learner.update(batch=batch, num_epochs=1, minibatch_size=8)
+    for module_id in AGENTS:
+        after = learner.module[module_id].trainable_parameters()
+        unchanged = [i for i, (old, new) in enumerate(zip(before[module_id], after))
+                     if torch.equal(old, new)]
+        assert after and not unchanged, f"{module_id}: parameters {unchanged} did not change"
