@@ -442,7 +442,8 @@ def _draw_time_part(ax, name: str, stats: dict[str, list], color, label: str, st
 def _draw_held_out(ax, name: str, stats: dict[str, list], members: Sequence[Trial], color,
                    label: str) -> None:
     """Held-out success (mean over seeds, min-max band) at the iterations that evaluated,
-    against the arm's mean generated tokens there; the untrained team as a dashed line."""
+    against the arm's mean generated tokens there, starting from the untrained team at 0
+    tokens; the untrained team also as a dashed line."""
     tokens = aggregate(members, GENERATED_TOKENS)
     if tokens is None:
         return
@@ -452,6 +453,11 @@ def _draw_held_out(ax, name: str, stats: dict[str, list], members: Sequence[Tria
     if not points:
         return
     x, mean, low, high = (list(column) for column in zip(*points))
+    untrained = aggregate(members, HELD_OUT_UNTRAINED)
+    if name == "held_out_success_rate" and untrained is not None:
+        # the untrained team is the curve's start, at 0 generated tokens
+        x, mean = [0.0] + x, [untrained["mean"][0]] + mean
+        low, high = [untrained["min"][0]] + low, [untrained["max"][0]] + high
     if name == "held_out_untrained_success_rate":
         ax.axhline(mean[0], color=color, linestyle="--", linewidth=1,
                    label=f"{label}: untrained")
