@@ -100,13 +100,14 @@ def _plot(args: argparse.Namespace) -> int:
     for item in args.reference or ():
         label, _, value = item.rpartition("=")
         try:
-            references[label] = float(value)
+            rate = float(value)
         except ValueError:
-            label = ""
-        if not label:
+            rate = None
+        if not label or rate is None:
             logger.error("--reference wants LABEL=NUMBER, e.g. 'best constant=0.05'; got %r",
                          item)
             return 2
+        references[label] = rate
     try:
         path = plot_runs(run_dirs, out, group_by=args.group_by, references=references)
     except FileNotFoundError as exc:

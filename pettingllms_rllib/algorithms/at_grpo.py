@@ -159,11 +159,14 @@ class ATGRPO(Algorithm):
         by_module: dict[str, list[float]] = defaultdict(list)
         for record in trained:
             by_module[record.module_id].append(record.advantage)
+        sampled_by_module: dict[str, list[SampleRecord]] = defaultdict(list)
+        for record in records:
+            sampled_by_module[record.module_id].append(record)
         for module_id in sorted(cfg.policies):  # every module, every iteration: fixed columns
             values = by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, "advantage_std", module_id),
                                    float(np.std(values)) if values else float("nan"), window=1)
-            own = [r for r in records if r.module_id == module_id]
+            own = sampled_by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, "reward_std", module_id),
                                    mean_group_reward_std([r.reward for r in own],
                                                          [r.group_key for r in own]), window=1)

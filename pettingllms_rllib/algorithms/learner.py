@@ -281,7 +281,6 @@ class ATGRPOTorchLearner(TorchLearner):
         if start is None:
             return
         mask = batch["response_mask"].to(torch.float32)
-        diff = (start - fwd_out[TOKEN_LOGP].detach()).float() * mask
+        diff = (start - fwd_out[TOKEN_LOGP].detach()).float() * mask  # padding: exp(0) - 1 = 0
         self.metrics.log_value((module_id, KL_TO_START),
-                               _masked_mean(torch.exp(diff) - diff - 1.0, batch["response_mask"]),
-                               window=1)
+                               _masked_mean(torch.exp(diff) - diff - 1.0, mask), window=1)
