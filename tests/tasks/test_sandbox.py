@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pettingllms_envs import sandbox
 from pettingllms_envs.sandbox import (
     LIMIT_HITS,
     SCRATCH_PLACEHOLDER,
@@ -27,6 +26,7 @@ from pettingllms_envs.sandbox import (
     run_python_batch,
     sandbox_capabilities,
 )
+from pettingllms_envs.sandbox import batch, filesystem, probe, runner
 
 FAST = SandboxLimits(wall_time_s=3, cpu_time_s=3)
 REPO = Path(__file__).resolve().parents[2]
@@ -425,7 +425,7 @@ def test_a_failing_read_only_setup_means_the_program_does_not_run(monkeypatch):
         pytest.skip(f"needs a user namespace launcher to test safely: {caps.launcher}")
     no_mount_ns = dataclasses.replace(
         caps, launcher=(caps.launcher[0], "--user", "--map-root-user", "--net", "--"))
-    monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda python=None: no_mount_ns)
+    monkeypatch.setattr(runner, "sandbox_capabilities", lambda python=None: no_mount_ns)
     code = "print('ran')"
     results = [run_python(code, limits=FAST), *run_python_batch(code, ["", ""], limits=FAST)]
     for result in results:
@@ -438,12 +438,12 @@ def test_a_failing_read_only_setup_means_the_program_does_not_run(monkeypatch):
 def test_where_the_read_only_setup_fails_the_probe_says_so_and_runs_go_on(monkeypatch):
     """The probe's read-only attempt fails (a stand-in preamble that only exits 125): the
     capabilities say why, and runs start without the preamble, as they did before it."""
-    monkeypatch.setattr(sandbox, "_FS_PREAMBLE", "import sys\nsys.exit(125)")
-    caps = sandbox._probe(sys.executable)
+    monkeypatch.setattr(filesystem, "_FS_PREAMBLE", "import sys\nsys.exit(125)")
+    caps = probe._probe(sys.executable)
     assert not caps.filesystem_readonly
     assert any(note.startswith("file system NOT read-only") for note in caps.notes), caps.notes
     assert caps.network_isolated == sandbox_capabilities().network_isolated
-    monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda python=None: caps)
+    monkeypatch.setattr(runner, "sandbox_capabilities", lambda python=None: caps)
     results = [run_python("print('ran')", limits=FAST),
                *run_python_batch("print('ran')", [""], limits=FAST)]
     assert all(r.ok and r.stdout == "ran\n" and not r.filesystem_readonly for r in results)
@@ -645,7 +645,7 @@ def test_hostile_inputs_in_a_batch_do_not_poison_the_others(monkeypatch):
 def test_batch_that_outlives_its_overall_budget_reports_every_input(monkeypatch):
     """The batch clock (here 2 s for 20 inputs of 0.4 s) kills the harness: the inputs done
     keep their results, the one running is timed out, the rest are reported as not run."""
-    monkeypatch.setattr(sandbox, "_batch_budget_s", lambda limits, count: 2.0)
+    monkeypatch.setattr(batch, "_batch_budget_s", lambda limits, count: 2.0)
     started = time.monotonic()
     results = run_python_batch("import time\ntime.sleep(0.4)\nprint('done')", [""] * 20,
                                limits=SandboxLimits(wall_time_s=5))
@@ -676,9 +676,9 @@ def test_batch_restarts_the_harness_for_inputs_after_a_harness_death(monkeypatch
         else:
             results.update({i: SandboxResult(data.decode(), "", 0, False, None, False, True,
                                              0.1) for i, data in cases[1:]})
-        return sandbox._HarnessOutcome(results, False, None, "killed")
+        return batch._HarnessOutcome(results, False, None, "killed")
 
-    monkeypatch.setattr(sandbox, "_run_harness", fake_harness)
+    monkeypatch.setattr(batch, "_run_harness", fake_harness)
     results = run_python_batch("ignored", ["a", "b", "c", "d"])
     assert calls == [[0, 1, 2, 3], [2, 3]]
     assert [r.stdout for r in results] == ["a", "", "c", "d"]
@@ -686,7 +686,7 @@ def test_batch_restarts_the_harness_for_inputs_after_a_harness_death(monkeypatch
 
 
 def test_batch_falls_back_to_single_runs_when_the_harness_cannot_run(monkeypatch):
-    monkeypatch.setattr(sandbox, "_run_harness", lambda *args: sandbox._HarnessOutcome(
+    monkeypatch.setattr(batch, "_run_harness", lambda *args: batch._HarnessOutcome(
         {}, False, None, "SyntaxError: this interpreter cannot run the harness"))
     results = run_python_batch("print(int(input()) + 1)", ["1", "2"], limits=FAST)
     assert [r.stdout for r in results] == ["2\n", "3\n"]
@@ -704,7 +704,7 @@ _RECORD = (b"S 0\nR 0 exit 0 0 0.010000 0.020000 3 0 0 3 0 0\nhi\n"
 
 
 def test_harness_records_parse_and_the_running_input_is_known():
-    records, running = sandbox._parse_records(_RECORD)
+    records, running = batch._parse_records(_RECORD)
     assert sorted(records) == [0, 1, 2] and running == 3
     assert records[0].out == b"hi\n" and records[0].pids_max_hit is False
     assert records[1].kind == "signal" and records[1].timed_out and records[1].err == b"error"
@@ -717,7 +717,7 @@ def test_harness_records_parse_and_the_running_input_is_known():
                  st.integers(0, len(_RECORD)).map(lambda n: _RECORD[:n]),
                  st.binary(max_size=40).map(lambda junk: _RECORD[:60] + junk + _RECORD[60:])))
 def test_harness_record_parser_never_raises(data):
-    records, running = sandbox._parse_records(data)
+    records, running = batch._parse_records(data)
     assert running is None or isinstance(running, int)
     assert all(rec.kind in ("exit", "signal", "nostart") for rec in records.values())
 

@@ -1,0 +1,103 @@
+"""Per-run cgroup-v1 ``pids`` folders: the process budget where runs stay root.
+
+Linux exempts uid 0 from RLIMIT_NPROC; when we stay root, a v1 ``pids`` cgroup per run
+enforces ``max_processes`` instead if one is writable, else the process budget is *not*
+enforced and :func:`sandbox_capabilities` says so (``process_limit == "none"``). After every
+run the cgroup is emptied (SIGKILL) and removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import time
+from typing import TYPE_CHECKING
+
+from .process import _run_counter
+
+if TYPE_CHECKING:
+    from .probe import SandboxCapabilities
+
+logger = logging.getLogger(__package__)  # one logger for the package: "pettingllms_envs.sandbox"
+
+
+def _open_cgroup(caps: SandboxCapabilities, max_pids: int) -> str | None:
+    if caps.process_limit != "cgroup" or not caps.cgroup_root:
+        return None
+    try:
+        return _make_cgroup(caps.cgroup_root, max_pids)
+    except OSError as exc:
+        logger.warning("sandbox: no pids cgroup for this run (%r); process count unlimited", exc)
+        return None
+
+
+def _cgroup_max_hit(path: str) -> bool | None:
+    """Whether a fork in the cgroup failed at ``pids.max`` (None: no counter to read)."""
+    try:
+        with open(os.path.join(path, "pids.events"), encoding="ascii") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == "max":
+                    return int(parts[1]) > 0
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _pids_cgroup_root() -> str | None:
+    """Our own folder in a writable cgroup-v1 ``pids`` hierarchy, or None."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as handle:
+            mounts = [line.split() for line in handle]
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            membership = [line.strip().split(":", 2) for line in handle]
+    except OSError:
+        return None
+    mount = next((m[1] for m in mounts if len(m) > 3 and m[2] == "cgroup"
+                  and "pids" in m[3].split(",")), None)
+    own = next((m[2] for m in membership if len(m) == 3 and "pids" in m[1].split(",")), None)
+    if mount is None or own is None:
+        return None
+    root = os.path.join(mount, own.lstrip("/"))
+    try:
+        probe = _make_cgroup(root, 4)
+    except OSError:
+        return None
+    _remove_cgroup(probe)
+    return root
+
+
+def _make_cgroup(root: str, max_pids: int) -> str:
+    path = os.path.join(root, f"pettingllms-sbx-{os.getpid()}-{next(_run_counter)}")
+    os.mkdir(path)
+    try:
+        with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
+            handle.write(str(max_pids))
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
+def _remove_cgroup(path: str) -> None:
+    for _ in range(200):
+        try:
+            with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
+                pids = [int(p) for p in handle.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.rmdir(path)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
+                break
+        time.sleep(0.005)
+    logger.warning("sandbox cgroup %s could not be removed", path)

@@ -1,0 +1,96 @@
+"""The read-only view of the host's file system, behind the ``unshare`` launcher.
+
+A read-only view of the host's file system, where the launcher gives a mount namespace: only
+the run's own folders can be written, see "File system" below.
+
+File system
+-----------
+Inside the launcher's mount namespace a small trusted preamble (``python -I -S -B -c
+<_FS_PREAMBLE>``, run as the namespace's root between ``unshare`` and the program) bind-mounts
+each folder the run must write onto itself (the scratch folder; for a batch also the harness's
+io folder), so they are mounts of their own, then remounts *every* other visible mount
+(``/``, ``/tmp`` if separate, ``/proc``, ``/sys`` with the cgroup file systems, ``/dev``, ...)
+``ro,nosuid,nodev``, repeating each mount's flags that the user namespace locked (atime,
+``nosuid``, ``noexec``, as listed in ``/proc/self/mountinfo``). The harmless devices
+(``/dev/null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty``) are bind-mounted onto
+themselves first, so they keep working (a device file's own writes are not stopped by a
+read-only mount); ``/dev/shm`` gets a private tmpfs of ``max_file_bytes`` (POSIX semaphores,
+hence ``multiprocessing``, still work; it vanishes with the run, and a batch's harness empties
+it before each input). Then the preamble drops every capability for good (bounding,
+inheritable and ambient sets), so the program, still uid 0 of its user namespace, can neither
+remount, unmount nor override file permissions (a nested user namespace it may create gets a
+copy whose read-only flags the kernel locks), and ``exec``-s the program: same pid (pid 1 of
+its namespace), argv, environment and file descriptors. The stdin/stdout/stderr files the host
+opened stay writable (an open file keeps the host's mount), ``/dev/stdout`` included. Writes
+elsewhere fail with EROFS; ``tempfile`` then falls back to the scratch folder. Nothing is
+mounted before ``/`` is made private, and the preamble refuses to run in the host's own mount
+namespace, so the host's mounts are never touched. Cost: one more interpreter start (about 30
+ms, counted in the program's CPU time) per :func:`run_python` and per batch.
+
+The probe runs a program that must write in its folder, fail with EROFS one level above it and
+see an empty bounding set; where it fails (or there is no mount namespace) runs go on as
+before, with a writable file system: :attr:`SandboxCapabilities.filesystem_readonly` and every
+result's ``filesystem_readonly`` are False and the notes say "file system NOT read-only" and
+why. If the preamble fails on a later run, the program does not run (``exit_code=None``, "could
+not start" with the reason).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .results import SandboxLimits
+
+if TYPE_CHECKING:
+    from .probe import SandboxCapabilities
+
+#: Exit status and first stderr bytes of a preamble that refused to start the program.
+_FS_SETUP_EXIT = 125
+_FS_SETUP_MESSAGE = b"sandbox: read-only file system setup failed: "
+_PRIVATE_SHM = "/dev/shm"  # where the preamble mounts a private tmpfs
+#: The preamble (``python -I -S -B -c <this> HOST_MNT_NS SHM_BYTES DIR... -- COMMAND...``) run
+#: inside the launcher's mount namespace, as its root: it makes every mount read-only except
+#: the ``DIR`` folders, mounts a private tmpfs on /dev/shm, drops all capabilities for good and
+#: becomes ``COMMAND`` (same pid, environment and file descriptors). Any Python 3; failures
+#: end it with :data:`_FS_SETUP_EXIT` and :data:`_FS_SETUP_MESSAGE` before the program runs.
+_FS_PREAMBLE = (Path(__file__).parent / "fs_preamble.py").read_text(encoding="utf-8")
+_FS_PROBE_CODE = """
+import errno, os
+with open("inside", "w") as handle:
+    handle.write("x")
+os.remove("inside")
+try:
+    with open(os.path.join(os.path.dirname(os.getcwd()), "outside"), "w") as handle:
+        handle.write("x")
+    fs = "writable"
+except OSError as e:
+    fs = "read-only" if e.errno == errno.EROFS else "refused"
+with open(os.devnull, "w") as handle:
+    handle.write("x")
+with open("/proc/self/status") as handle:
+    bounding = [line.split()[1] for line in handle if line.startswith("CapBnd:")]
+print(fs, int(bounding[0], 16) if bounding else -1)
+"""
+
+
+def _sandbox_argv(caps: SandboxCapabilities, command: list[str], writable: list[str],
+                  limits: SandboxLimits) -> list[str]:
+    """The command line of one sandboxed process: the launcher, then (where the file system is
+    made read-only) the preamble that does so, keeping ``writable`` folders writable, and
+    replaces itself with ``command``."""
+    if not caps.filesystem_readonly:
+        return [*caps.launcher, *command]
+    try:
+        host_namespace = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        host_namespace = "unknown"
+    return [*caps.launcher, caps.python, "-I", "-S", "-B", "-c", _FS_PREAMBLE, host_namespace,
+            str(max(1 << 12, int(limits.max_file_bytes))), *writable, "--", *command]
+
+
+def _fs_setup_failed(caps: SandboxCapabilities, returncode: int, stderr_head: bytes) -> bool:
+    """Whether the read-only preamble refused to start the program (it never ran)."""
+    return caps.filesystem_readonly and returncode == _FS_SETUP_EXIT and \
+        stderr_head.startswith(_FS_SETUP_MESSAGE)

@@ -1,0 +1,211 @@
+"""Process supervision: start one sandboxed process, enforce its wall clock, kill its whole
+process group, reap it and read its output back.
+
+What each run gets from here:
+
+* A scrubbed environment: ``PATH=/usr/bin:/bin``, ``LANG=C.UTF-8``, ``PYTHONHASHSEED=0``,
+  ``PYTHONDONTWRITEBYTECODE=1``, ``HOME=<scratch>`` and ``*_NUM_THREADS=1`` (so numpy/BLAS do not
+  spawn one thread per core, which would eat the process budget). Nothing else is inherited.
+* Resource limits set in ``preexec_fn``: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_NOFILE,
+  RLIMIT_FSIZE, RLIMIT_CORE=0 (soft = hard, so the code cannot raise them).
+* A wall-clock timeout: the whole process group is SIGKILLed (and the cgroup, if any, emptied).
+  The group is killed after *every* run, so background children never outlive it.
+* Output goes to files the parent opened (not pipes: a 100 MB print cannot fill our memory or
+  deadlock us); RLIMIT_FSIZE bounds them and only ``max_output_bytes`` are read back, with the
+  random scratch path rewritten to ``/sandbox`` so identical programs give identical text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+import os
+import resource
+import select
+import signal
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+from .results import _TAIL_BYTES, SandboxLimits
+
+if TYPE_CHECKING:
+    from .probe import SandboxCapabilities
+
+logger = logging.getLogger(__package__)  # one logger for the package: "pettingllms_envs.sandbox"
+
+#: Numbers per-run names in this host process (the uids of :mod:`.runner`, the cgroups of
+#: :mod:`.cgroups`).
+_run_counter = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Exit:
+    returncode: int
+    timed_out: bool
+    wall_time_s: float
+    cpu_time_s: float
+
+
+class _StartError(Exception):
+    """The sandboxed process could not be started at all."""
+
+
+def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
+             rlimits: SandboxLimits, wall_time_s: float, caps: SandboxCapabilities,
+             cgroup: str | None, probing: bool = False) -> _Exit:
+    """Start ``argv`` under ``rlimits`` (as ``uid``, in ``cgroup``), wait at most
+    ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
+            env=_scrubbed_env(cwd), start_new_session=True, close_fds=True,
+            preexec_fn=_make_preexec(rlimits, cgroup and os.path.join(cgroup, "cgroup.procs")),
+            user=uid, group=uid, extra_groups=[] if uid is not None else None)
+    except (OSError, subprocess.SubprocessError) as exc:
+        (logger.debug if probing else logger.warning)(
+            "sandbox could not start %s: %r", argv[0], exc)
+        raise _StartError(str(exc)) from exc
+    exited = _wait_without_reaping(proc.pid, wall_time_s)
+    if not exited and "--fork" in caps.launcher:
+        _kill_namespace_init(proc.pid)
+    _kill_group(proc.pid)  # leader not reaped yet, so its group id cannot be reused
+    returncode, cpu = _reap(proc)
+    return _Exit(returncode, not exited, time.monotonic() - started, cpu)
+
+
+def _reap(proc: subprocess.Popen) -> tuple[int, float]:
+    """Reap ``proc``; returns its exit code (``-signal`` if killed) and the CPU seconds of it
+    and its reaped descendants (``wait4``'s rusage)."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped elsewhere; no usage to report
+        return proc.wait(), 0.0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
+def _python_flags() -> list[str]:
+    # -s: no user site; -B: no .pyc. (Not -P: the interpreter may be older than 3.11, and the
+    # script folder it would keep off sys.path is the scratch folder anyway.)
+    return ["-s", "-B"]
+
+
+def _scrubbed_env(home: str) -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+           "PYTHONDONTWRITEBYTECODE": "1", "HOME": home}
+    env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    return env
+
+
+def _make_preexec(limits: SandboxLimits, cgroup_procs: str | None):
+    """Build the child-side hook. It only issues syscalls (no imports, no locks), because
+    ``preexec_fn`` runs between fork and exec, where a multi-threaded parent's locks may be held."""
+    pairs = _rlimit_pairs(limits)
+    procs_path = cgroup_procs.encode() if cgroup_procs else None
+    setrlimit, os_open, os_write, os_close, getpid = (
+        resource.setrlimit, os.open, os.write, os.close, os.getpid)
+
+    def preexec() -> None:
+        if procs_path is not None:
+            fd = os_open(procs_path, os.O_WRONLY)
+            try:
+                os_write(fd, b"%d" % getpid())
+            finally:
+                os_close(fd)
+        for res, pair in pairs:
+            setrlimit(res, pair)
+
+    return preexec
+
+
+def _rlimit_pairs(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
+    cpu = max(1, math.ceil(limits.cpu_time_s))
+    wanted = [
+        # soft == hard: SIGKILL exactly at the limit. SIGXCPU (soft < hard) would be ignored by
+        # a program that is pid 1 of its namespace, and may be caught by a hostile one.
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024),
+        (resource.RLIMIT_NPROC, limits.max_processes),
+        (resource.RLIMIT_NOFILE, limits.max_open_files),
+        (resource.RLIMIT_FSIZE, limits.max_file_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    pairs = []
+    for res, value in wanted:  # never ask for more than the host's hard limit allows
+        host_hard = resource.getrlimit(res)[1]
+        if host_hard != resource.RLIM_INFINITY:
+            value = min(value, host_hard)
+        pairs.append((res, (int(value), int(value))))
+    return pairs
+
+
+def _wait_without_reaping(pid: int, timeout: float) -> bool:
+    """Wait until ``pid`` exits or ``timeout`` passes; True if it exited. Leaves it a zombie."""
+    deadline = time.monotonic() + timeout
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    if pidfd is not None:
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                try:
+                    ready, _, _ = select.select([pidfd], [], [], remaining)
+                except InterruptedError:
+                    continue
+                return bool(ready)
+        finally:
+            os.close(pidfd)
+    pause = 0.001
+    while True:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def _kill_namespace_init(launcher_pid: int) -> None:
+    """Kill the program (pid 1 of its namespace, the child of ``unshare --fork``) *before* its
+    parent, so ``unshare`` reaps it and the namespace's teardown. Killing both at once would
+    orphan the program to the host's init, which in a container may never reap zombies."""
+    try:
+        with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children", encoding="ascii") as fh:
+            children = [int(p) for p in fh.read().split()]
+    except (OSError, ValueError):
+        return
+    for child in children:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _wait_without_reaping(launcher_pid, 2.0)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_output(path: str, cap: int) -> tuple[bytes, int, bytes]:
+    """The first ``cap`` bytes of a file, its size and its last :data:`_TAIL_BYTES` bytes."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(cap)
+            if size <= cap:
+                return head, size, head[-_TAIL_BYTES:]
+            handle.seek(max(cap, size - _TAIL_BYTES))
+            return head, size, handle.read(_TAIL_BYTES)
+    except OSError:
+        return b"", 0, b""
