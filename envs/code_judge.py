@@ -21,13 +21,28 @@ Two kinds of problems (see :mod:`pettingllms_envs.code_data`):
   - a *script* test (HumanEval's split ``check`` asserts): statements run with ``candidate``
     bound to the function and the solution's globals in scope; it passes if nothing raises.
 
-Everything untrusted (the solution, the test inputs, the reference) runs only in the sandbox
-(:func:`pettingllms_envs.sandbox.run_python_batch`, one fresh process per test). The host only
-parses text. The harness keeps a solution's prints, ``exit()`` calls and fake result lines from
-being read as results (its result line carries a nonce drawn per batch and goes to a private
-copy of stdout while the solution's stdout is /dev/null; everything it uses after the solution
-ran is bound before); it resists accidents and naive reward hacks,
-not code that deliberately inspects the harness's own frames.
+Where the verdict comes from (reward integrity)
+------------------------------------------------
+The submission is optimised to raise its reward, so nothing it can write decides a verdict.
+Its process (stage 1, :func:`harness_program`, one sandboxed run per test) is never given an
+expected value, a nonce or anything else to forge: a call test's stdin holds the call's
+arguments only, and the process reports nothing but what the function *returned*, encoded as
+plain data (:mod:`pettingllms_envs.code_values`). The verdict is computed outside it:
+
+* call tests: on the host, by :func:`same_value` between the decoded value and the expected
+  literal, which never enters the sandbox;
+* script tests (HumanEval's asserts): stage 1 runs the unit with ``candidate`` recording each
+  call's arguments and returned value (an assert failing there decides nothing); then a second
+  sandboxed run (stage 2, :func:`judge_program`) that contains no submitted code replays the
+  unit with ``candidate`` answering from those records in call order (a call with other
+  arguments than in the run fails) and the unit's own asserts decide; both stages seed
+  ``random`` with 0, so tests that draw their inputs agree.
+
+A submission that writes fake reports, exits early or fills its output can at worst be read as
+having returned some plain value, which it could have returned honestly; it cannot be read as
+having passed. What this does not stop: in a script test the unit's text (its expected values
+included) is in stage 1's memory, so a program that searches its own process for the test and
+returns what the assert wants passes it (see docs/sandbox.md, "not defended").
 """
 
 from __future__ import annotations
@@ -39,11 +54,12 @@ import json
 import logging
 import math
 import re
-import secrets
 import warnings
+from pathlib import Path
 from typing import Callable, Sequence
 
 from pettingllms_envs.code_data import CodeProblem, TestCase
+from pettingllms_envs.code_values import decode as decode_value
 from pettingllms_envs.common import clip_text
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python_batch
 
@@ -138,65 +154,32 @@ def solution_program(problem: CodeProblem, code: str) -> str:
     return code
 
 
-_HARNESS = r'''
-def _build(ast, json, math, os, sys, builtins):
-    # Everything the harness uses after the solution ran is bound here, before it runs, so a
-    # solution that patches modules, builtins or this module's globals cannot change a verdict.
-    parse, literal_eval, fix_locations = ast.parse, ast.literal_eval, ast.fix_missing_locations
-    Call, Name, Attribute = ast.Call, ast.Name, ast.Attribute
-    Load, Expression = ast.Load, ast.Expression
-    loads, dumps, isfinite = json.loads, json.dumps, math.isfinite
-    write, exit_now, dup, dup2 = os.write, os._exit, os.dup, os.dup2
-    open_fd, devnull = os.open, os.devnull
-    read_stdin, write_only = sys.stdin.read, os.O_WRONLY
-    (type_, len_, all_, zip_, abs_, max_, float_, bool_, str_, repr_, isinstance_, getattr_, dict_,
-     exec_, compile_, eval_) = (type, len, all, zip, abs, max, float, bool, str, repr,
-                               isinstance, getattr, dict, exec, compile, eval)
+#: The shared value codec, embedded as source into both sandboxed programs below.
+CODEC_SOURCE = (Path(__file__).parent / "code_values.py").read_text(encoding="utf-8")
+
+_HARNESS = r"""
+def _build(ast, json, os, sys, builtins, codec):
+    # Stage 1, with the submission: run ONE test's calls and report only what the function
+    # returned, encoded as data. No expected value, no nonce and no verdict exist in this
+    # process; everything used after the solution ran is bound before it runs.
+    parse, fix_locations = ast.parse, ast.fix_missing_locations
+    Call, Name, Attribute, Load, Expression = ast.Call, ast.Name, ast.Attribute, ast.Load, \
+        ast.Expression
+    loads, dumps = json.loads, json.dumps
+    write, exit_now, dup, dup2, open_fd = os.write, os._exit, os.dup, os.dup2, os.open
+    devnull, write_only, read_stdin = os.devnull, os.O_WRONLY, sys.stdin.read
+    encode = codec["encode"]
+    type_, str_, isinstance_, getattr_, dict_, exec_, compile_, eval_, list_ = (
+        type, str, isinstance, getattr, dict, exec, compile, eval, list)
+    base_exception, assertion_error = BaseException, AssertionError
+    import random
+    seed = random.seed
     prelude = ("from typing import *\n"
                "import bisect, collections, functools, heapq, itertools, math, re, string\n")
-    scalars = (bool, int, float, complex, str, bytes, type(None))
-    containers = (list, tuple, dict, set, frozenset)
-    numbers, sequences = (bool, int, float), (list, tuple)
-
-    def plain(value, depth=0):
-        kind = type_(value)
-        if kind in scalars:
-            return True
-        if depth > 50 or kind not in containers:
-            return False
-        items = value.items() if kind is dict_ else ((item, None) for item in value)
-        return all_(plain(a, depth + 1) and plain(b, depth + 1) for a, b in items)
-
-    def same(expected, got, tolerance):
-        if type_(expected) in numbers and type_(got) in numbers:
-            if tolerance is not None and float_ in (type_(expected), type_(got)):
-                expected, got = float_(expected), float_(got)
-                if not (isfinite(expected) and isfinite(got)):
-                    return expected == got
-                return abs_(got - expected) <= tolerance * max_(1.0, abs_(expected))
-            return expected == got
-        if type_(expected) in sequences and type_(got) in sequences:
-            return len_(expected) == len_(got) and all_(
-                same(a, b, tolerance) for a, b in zip_(expected, got))
-        if type_(expected) is dict_ and type_(got) is dict_:
-            return expected.keys() == got.keys() and all_(
-                same(expected[key], got[key], tolerance) for key in expected)
-        return type_(expected) in scalars + containers and expected == got
 
     def describe(exc):
         text = str_(exc)
         return (type_(exc).__name__ + (": " + text if text else ""))[:300]
-
-    def literal(text):
-        text = text.strip()
-        try:
-            return literal_eval(text)
-        except Exception:
-            pass
-        try:
-            return loads(text)
-        except Exception:
-            raise ValueError("the expected output is not a Python literal") from None
 
     def arguments(text, scope, name):
         call = None
@@ -218,74 +201,144 @@ def _build(ast, json, math, os, sys, builtins):
         scope["_pettingllms_args"] = lambda *args, **kwargs: (args, kwargs)
         return eval_(compile_(fix_locations(Expression(call)), "<test input>", "eval"), scope)
 
-    def run(unit, solution, entry, tolerance):
-        expected = literal(unit["output"]) if unit["mode"] == "call" else None
-        scope = {"__name__": "solution", "__builtins__": builtins}
-        exec_(prelude, scope)
-        exec_(compile_(solution, "solution.py", "exec"), scope)
-        owner, _, method = entry.rpartition(".")
-        candidate = getattr_(scope[owner](), method) if owner else scope[method]
-        if unit["mode"] == "script":
-            scope["candidate"] = candidate
-            exec_(compile_(unit["script"], "test.py", "exec"), scope)
-            return {"passed": True}
-        args, kwargs = arguments(unit["input"], scope, method)
-        got = candidate(*args, **kwargs)
+    def key(args, kwargs):
         try:
-            shown = repr_(got)[:1000]
-        except Exception:
-            shown = "<unprintable " + type_(got).__name__ + ">"
-        if not plain(got):
-            return {"got": shown, "error": "returned a " + type_(got).__name__
-                    + "; only built-in values (numbers, strings, lists, tuples, dicts, sets, "
-                    "None) are compared"}
-        return {"passed": bool_(same(expected, got, tolerance)), "got": shown}
+            return encode([list_(args), dict_(kwargs)])
+        except base_exception:
+            return None
 
-    def main(solution, entry, tolerance, marker):
+    def main(solution, entry):
         unit = loads(read_stdin())
-        nonce = unit["nonce"]
         out = dup(1)
         dup2(open_fd(devnull, write_only), 1)
-        result = {"passed": False, "got": "", "error": ""}
+        calls = []
+        report = {"calls": calls, "error": ""}
+
+        def recorded(function):
+            def candidate(*args, **kwargs):
+                entry_ = [key(args, kwargs), None]
+                calls.append(entry_)
+                try:
+                    value = function(*args, **kwargs)
+                except base_exception as exc:
+                    entry_[1] = {"raised": describe(exc)}
+                    raise
+                try:
+                    entry_[1] = {"value": encode(value)}
+                except base_exception as exc:
+                    entry_[1] = {"refused": describe(exc)}
+                return value
+            return candidate
+
         try:
-            result.update(run(unit, solution, entry, tolerance))
-        except BaseException as exc:
-            result["error"] = describe(exc)
+            scope = {"__name__": "solution", "__builtins__": builtins}
+            exec_(prelude, scope)
+            exec_(compile_(solution, "solution.py", "exec"), scope)
+            owner, _, method = entry.rpartition(".")
+            function = getattr_(scope[owner](), method) if owner else scope[method]
+            candidate = recorded(function)
+            if unit["mode"] == "script":
+                scope["candidate"] = candidate
+                if not owner:  # a test may call the function by its own name (HumanEval/33)
+                    scope[method] = candidate
+                seed(0)  # stage 2 replays with the same seed: tests that draw inputs agree
+                try:
+                    exec_(compile_(unit["script"], "test.py", "exec"), scope)
+                except assertion_error:
+                    pass  # the verdict is not this process's to give
+            else:
+                args, kwargs = arguments(unit["input"], scope, method)
+                candidate(*args, **kwargs)
+        except base_exception as exc:
+            report["error"] = describe(exc)
         try:
-            line = dumps({"passed": result["passed"] is True, "got": str_(result["got"]),
-                          "error": str_(result["error"])})
-        except BaseException:
-            line = dumps({"passed": False, "got": "", "error": "unreportable result"})
-        write(out, ("\n" + marker + nonce + " " + line + "\n").encode("utf-8", "replace"))
+            line = dumps(report)
+        except base_exception:
+            line = dumps({"calls": [], "error": "unreportable result"})
+        write(out, ("\n" + MARKER + line + "\n").encode("utf-8", "replace"))
         exit_now(0)
 
     return main
 
 
-import ast, builtins, json, math, os, sys
-_build(ast, json, math, os, sys, builtins)(_SOLUTION, _ENTRY, _TOLERANCE, _MARKER)
-'''
+import ast, builtins, json, os, sys
+_codec = {}
+exec(CODEC, _codec)
+_build(ast, json, os, sys, builtins, _codec)(_SOLUTION, _ENTRY)
+"""
+
+_JUDGE = r"""
+# Stage 2, without the submission: replay a script test with `candidate` answering from the
+# values stage 1 recorded, in call order, and let the test's own asserts decide. Exit 0: passed;
+# exit 1: an assert failed; exit 2: the test could not run (message on stderr).
+import json, random, sys
+_codec = {}
+exec(CODEC, _codec)
+unit = json.loads(sys.stdin.read())
+calls = [(c[0], c[1]) for c in unit["calls"]]
+position = [0]
 
 
-def harness_program(problem: CodeProblem, code: str, *,
-                    float_tolerance: float | None = None) -> str:
-    """The harness that runs one test unit (JSON on stdin) against a function problem's
-    solution ``code`` (assembled by :func:`solution_program`)."""
+def candidate(*args, **kwargs):
+    if position[0] >= len(calls):
+        raise AssertionError("the test called the function more often than the run did")
+    recorded_key, outcome = calls[position[0]]
+    position[0] += 1
+    try:
+        key = _codec["encode"]([list(args), dict(kwargs)])
+    except TypeError:
+        key = None
+    if recorded_key is None or key != recorded_key:
+        raise AssertionError("the function was called with other arguments in the run")
+    if "value" not in outcome:
+        raise AssertionError("the function " + ("raised " + outcome["raised"]
+                             if "raised" in outcome else outcome.get("refused", "failed")))
+    return _codec["decode"](outcome["value"])
+
+
+scope = {"__name__": "solution", "candidate": candidate}
+exec(unit["starter"], scope)
+scope["candidate"] = candidate
+if unit["entry"] and "." not in unit["entry"]:
+    scope[unit["entry"]] = candidate
+exec("from typing import *\nimport bisect, collections, functools, heapq, itertools, math, "
+     "re, string\n", scope)
+random.seed(0)
+try:
+    exec(compile(unit["script"], "test.py", "exec"), scope)
+except AssertionError as exc:
+    sys.stderr.write("assertion failed: " + str(exc)[:300])
+    sys.exit(1)
+except BaseException as exc:
+    sys.stderr.write((type(exc).__name__ + ": " + str(exc))[:300])
+    sys.exit(2)
+"""
+
+
+def harness_program(problem: CodeProblem, code: str) -> str:
+    """Stage 1 of a function problem's test: the program that runs one test unit (JSON on
+    stdin, without its expected values) against the solution ``code`` (assembled by
+    :func:`solution_program`) and prints what the function returned, as data."""
     if problem.kind != "function" or not problem.entry_point:
         raise ValueError(f"{problem.id}: harness programs are for function problems")
     program = solution_program(problem, code)
     header = (f"_SOLUTION = {program!r}\n_ENTRY = {problem.entry_point!r}\n"
-              f"_TOLERANCE = {float_tolerance!r}\n_MARKER = {RESULT_MARKER!r}\n")
+              f"MARKER = {RESULT_MARKER!r}\nCODEC = {CODEC_SOURCE!r}\n")
     return header + _HARNESS
 
 
-def _unit_stdin(test: TestCase, nonce: str) -> str:
+def judge_program() -> str:
+    """Stage 2 of a script test: trusted code only (the test and the problem's starter code),
+    replaying the values stage 1 recorded (see the module docstring)."""
+    return f"CODEC = {CODEC_SOURCE!r}\n" + _JUDGE
+
+
+def _unit_stdin(test: TestCase) -> str:
+    """What stage 1 reads: a call test's input only (never its expected output), or the
+    script."""
     if test.script is not None:
-        unit = {"mode": "script", "script": test.script}
-    else:
-        unit = {"mode": "call", "input": test.input, "output": test.output}
-    unit["nonce"] = nonce
-    return json.dumps(unit)
+        return json.dumps({"mode": "script", "script": test.script})
+    return json.dumps({"mode": "call", "input": test.input})
 
 
 def stdio_input(text: str) -> str:
@@ -334,20 +387,117 @@ def _stdio_outcome(test: TestCase, result: SandboxResult,
                                        float_tolerance=float_tolerance), got)
 
 
-def _harness_outcome(result: SandboxResult, nonce: str) -> TestOutcome:
-    prefix = RESULT_MARKER + nonce + " "
+def _literal(text: str):
+    """An expected return value: a Python literal, or JSON (``true``/``null``)."""
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError("the expected output is not a Python literal") from None
+
+
+def same_value(expected, got, tolerance: float | None) -> bool:
+    """The call-test rule: ``==`` on built-in values, lists and tuples compare as sequences
+    (JSON has no tuples), and with ``tolerance`` numbers compare by :func:`numbers_close`."""
+    numbers, sequences = (bool, int, float), (list, tuple)
+    if type(expected) in numbers and type(got) in numbers:
+        if tolerance is not None and float in (type(expected), type(got)):
+            return numbers_close(float(expected), float(got), tolerance)
+        return expected == got
+    if type(expected) in sequences and type(got) in sequences:
+        return len(expected) == len(got) and all(
+            same_value(a, b, tolerance) for a, b in zip(expected, got))
+    if type(expected) is dict and type(got) is dict:
+        return expected.keys() == got.keys() and all(
+            same_value(expected[k], got[k], tolerance) for k in expected)
+    return expected == got
+
+
+def _stage_one_report(result: SandboxResult) -> dict | str:
+    """The last report line of a stage-1 run, or why there is none."""
     for line in reversed(result.stdout.split("\n")):
-        if line.startswith(prefix):
+        if line.startswith(RESULT_MARKER):
             try:
-                report = json.loads(line[len(prefix):])
-                return TestOutcome(report["passed"] is True,
-                                   clip_text(str(report["got"]), GOT_CHARS),
-                                   clip_text(str(report["error"]), GOT_CHARS))
-            except (ValueError, KeyError, TypeError):
+                report = json.loads(line[len(RESULT_MARKER):])
+            except (ValueError, RecursionError):
                 break
+            if isinstance(report, dict) and isinstance(report.get("calls"), list) \
+                    and isinstance(report.get("error"), str):
+                return report
+            break
     reason = result.describe_failure() if not result.ok else ""
-    return TestOutcome(False, "", clip_text(reason or "the test harness did not report a "
-                                            "result (the program ended it)", GOT_CHARS))
+    return reason or "the test harness did not report a result (the program ended it)"
+
+
+def _last_value(report: dict) -> tuple[str, str]:
+    """``(repr of the last returned value, why there is none)`` from a stage-1 report."""
+    if not report["calls"]:
+        return "", report["error"] or "the function was never called"
+    entry = report["calls"][-1]
+    outcome = entry[1] if isinstance(entry, list) and len(entry) == 2 else None
+    if not isinstance(outcome, dict):
+        return "", report["error"] or "the function did not return"
+    if "value" in outcome:
+        try:
+            return clip_text(repr(decode_value(outcome["value"])), GOT_CHARS), ""
+        except (ValueError, RecursionError):
+            return "", "the run reported a malformed value"
+    if "refused" in outcome:
+        return "", (f"{outcome['refused']}; only built-in values (numbers, strings, lists, "
+                    f"tuples, dicts, sets, None) are compared")
+    return "", str(outcome.get("raised", report["error"]))
+
+
+def _call_outcome(test: TestCase, result: SandboxResult,
+                  float_tolerance: float | None) -> TestOutcome:
+    report = _stage_one_report(result)
+    if isinstance(report, str):
+        return TestOutcome(False, "", clip_text(report, GOT_CHARS))
+    got, why = _last_value(report)
+    if why:
+        return TestOutcome(False, got, clip_text(report["error"] or why, GOT_CHARS))
+    try:
+        expected = _literal(test.output)
+    except ValueError as exc:
+        return TestOutcome(False, got, str(exc))
+    value = decode_value(report["calls"][-1][1]["value"])
+    return TestOutcome(same_value(expected, value, float_tolerance), got)
+
+
+def _script_outcomes(problem: CodeProblem, tests: list[TestCase],
+                     results: Sequence[SandboxResult], runner: BatchRunner,
+                     task_name: str) -> list[TestOutcome]:
+    """Stage 2 for script tests: one clean run per test replays the recorded values."""
+    reports = [_stage_one_report(r) for r in results]
+    starter = problem.starter_code if _is_complete_python(problem.starter_code) else ""
+    pending = [i for i, report in enumerate(reports) if not isinstance(report, str)]
+    stdins = [json.dumps({"script": tests[i].script, "calls": reports[i]["calls"],
+                          "starter": starter, "entry": problem.entry_point or ""})
+              for i in pending]
+    verdicts = _run_batch(runner, judge_program(), stdins, task_name) if stdins else []
+    outcomes: list[TestOutcome] = []
+    by_index = dict(zip(pending, verdicts)) if not isinstance(verdicts, str) else {}
+    for i, report in enumerate(reports):
+        if isinstance(report, str):
+            outcomes.append(TestOutcome(False, "", clip_text(report, GOT_CHARS)))
+            continue
+        got, _ = _last_value(report)
+        verdict = by_index.get(i)
+        if verdict is None:
+            outcomes.append(TestOutcome(False, got, verdicts if isinstance(verdicts, str)
+                                        else "the test could not be judged"))
+        elif verdict.ok:
+            outcomes.append(TestOutcome(True, got))
+        elif verdict.exit_code == 1 and not report["error"]:
+            outcomes.append(TestOutcome(False, got))
+        else:
+            reason = report["error"] or verdict.stderr.strip() or verdict.describe_failure()
+            outcomes.append(TestOutcome(False, got, clip_text(reason, GOT_CHARS)))
+    return outcomes
 
 
 def run_tests(problem: CodeProblem, code: str, tests: Sequence[TestCase], *,
@@ -371,9 +521,15 @@ def run_tests(problem: CodeProblem, code: str, tests: Sequence[TestCase], *,
         if isinstance(results, str):
             return _failure_everywhere(len(tests), results)
         return [_stdio_outcome(t, r, float_tolerance) for t, r in zip(tests, results)]
-    nonce = secrets.token_hex(8)
-    program = harness_program(problem, code, float_tolerance=float_tolerance)
-    results = _run_batch(runner, program, [_unit_stdin(t, nonce) for t in tests], task_name)
+    program = harness_program(problem, code)
+    results = _run_batch(runner, program, [_unit_stdin(t) for t in tests], task_name)
     if isinstance(results, str):
         return _failure_everywhere(len(tests), results)
-    return [_harness_outcome(r, nonce) for r in results]
+    if any(t.script is not None for t in tests):
+        script_at = [i for i, t in enumerate(tests) if t.script is not None]
+        judged = _script_outcomes(problem, [tests[i] for i in script_at],
+                                  [results[i] for i in script_at], runner, task_name)
+        by_index = dict(zip(script_at, judged))
+        return [by_index[i] if i in by_index else _call_outcome(t, results[i], float_tolerance)
+                for i, t in enumerate(tests)]
+    return [_call_outcome(t, r, float_tolerance) for t, r in zip(tests, results)]

@@ -42,9 +42,12 @@ input detaches from the harness's reach (``setsid`` plus a double fork while the
 walk its children) may live until the batch ends.
 """
 
-from .probe import PYTHON_ENV_VAR, SandboxCapabilities, sandbox_capabilities
-from .results import LIMIT_HITS, SCRATCH_PLACEHOLDER, SandboxLimits, SandboxResult
+from .probe import (LAUNCHER_ENV_VAR, LAUNCHERS, PYTHON_ENV_VAR, SandboxCapabilities,
+                    sandbox_capabilities)
+from .results import (LIMIT_HITS, SCRATCH_PLACEHOLDER, SandboxLimits, SandboxResult,
+                      SandboxUnavailableError)
 from .runner import run_python, run_python_batch
 
-__all__ = ["LIMIT_HITS", "SandboxCapabilities", "SandboxLimits", "SandboxResult", "run_python",
-           "run_python_batch", "sandbox_capabilities"]
+__all__ = ["LAUNCHERS", "LAUNCHER_ENV_VAR", "LIMIT_HITS", "SandboxCapabilities", "SandboxLimits",
+           "SandboxResult", "SandboxUnavailableError", "run_python", "run_python_batch",
+           "sandbox_capabilities"]

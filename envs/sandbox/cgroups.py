@@ -1,4 +1,6 @@
-"""Per-run cgroup-v1 ``pids`` folders: the process budget where runs stay root.
+"""Per-run cgroup-v1 folders: ``pids`` (the process budget where runs stay root) and
+``memory`` (one bound on everything a run holds in memory, memfd, shared memory and tmpfs
+files included, which RLIMIT_AS cannot see).
 
 Linux exempts uid 0 from RLIMIT_NPROC; when we stay root, a v1 ``pids`` cgroup per run
 enforces ``max_processes`` instead if one is writable, else the process budget is *not*
@@ -48,6 +50,56 @@ def _cgroup_max_hit(path: str) -> bool | None:
 
 def _pids_cgroup_root() -> str | None:
     """Our own folder in a writable cgroup-v1 ``pids`` hierarchy, or None."""
+    return _cgroup_root("pids", lambda root: _make_cgroup(root, 4))
+
+
+def _memory_cgroup_root() -> str | None:
+    """Our own folder in a writable cgroup-v1 ``memory`` hierarchy, or None."""
+    return _cgroup_root("memory", lambda root: _make_memory_cgroup(root, 64 << 20))
+
+
+def _make_memory_cgroup(root: str, limit_bytes: int) -> str:
+    """A fresh memory cgroup holding at most ``limit_bytes`` (with swap, where accounted)."""
+    path = os.path.join(root, f"pettingllms-sbx-mem-{os.getpid()}-{next(_run_counter)}")
+    os.mkdir(path)
+    try:
+        with open(os.path.join(path, "memory.limit_in_bytes"), "w", encoding="ascii") as fh:
+            fh.write(str(limit_bytes))
+        swap = os.path.join(path, "memory.memsw.limit_in_bytes")
+        if os.path.exists(swap):
+            with open(swap, "w", encoding="ascii") as fh:
+                fh.write(str(limit_bytes))
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
+def _open_memory_cgroup(caps: SandboxCapabilities, limit_bytes: int) -> str | None:
+    if caps.memory_limit != "cgroup" or not caps.memory_cgroup_root:
+        return None
+    try:
+        return _make_memory_cgroup(caps.memory_cgroup_root, limit_bytes)
+    except OSError as exc:
+        logger.warning("sandbox: no memory cgroup for this run (%r); memfd/shm unbounded", exc)
+        return None
+
+
+def _memory_limit_hit(path: str) -> bool:
+    """Whether the run's memory cgroup reached its limit (an OOM kill or a failed charge)."""
+    try:
+        with open(os.path.join(path, "memory.oom_control"), encoding="ascii") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == "oom_kill" and int(parts[1]) > 0:
+                    return True
+        with open(os.path.join(path, "memory.failcnt"), encoding="ascii") as handle:
+            return int(handle.read().strip() or 0) > 0
+    except (OSError, ValueError):
+        return False
+
+
+def _cgroup_root(controller: str, make) -> str | None:
     try:
         with open("/proc/self/mounts", encoding="utf-8") as handle:
             mounts = [line.split() for line in handle]
@@ -56,13 +108,14 @@ def _pids_cgroup_root() -> str | None:
     except OSError:
         return None
     mount = next((m[1] for m in mounts if len(m) > 3 and m[2] == "cgroup"
-                  and "pids" in m[3].split(",")), None)
-    own = next((m[2] for m in membership if len(m) == 3 and "pids" in m[1].split(",")), None)
+                  and controller in m[3].split(",")), None)
+    own = next((m[2] for m in membership if len(m) == 3 and controller in m[1].split(",")),
+               None)
     if mount is None or own is None:
         return None
     root = os.path.join(mount, own.lstrip("/"))
     try:
-        probe = _make_cgroup(root, 4)
+        probe = make(root)
     except OSError:
         return None
     _remove_cgroup(probe)

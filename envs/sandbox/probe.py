@@ -35,9 +35,11 @@ import dataclasses
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 
+from .bwrap import InterpreterLayout
 from .cgroups import _pids_cgroup_root
 from .filesystem import _FS_PROBE_CODE
 from .results import SandboxLimits
@@ -69,20 +71,146 @@ class SandboxCapabilities:
     cgroup_root: str | None
     notes: tuple[str, ...]
     filesystem_readonly: bool = False
+    launcher_name: str = "none"
+    private_root: bool = False
+    ipc_isolated: bool = False
+    ptrace_blocked: bool = False
+    memory_limit: str = "rlimit"
+    memory_cgroup_root: str | None = None
+    layout: InterpreterLayout | None = None
 
+    @property
+    def guarantees(self) -> tuple[str, ...]:
+        """What a run on this host is guaranteed, in words (docs/sandbox.md has the table)."""
+        said = [f"launcher: {self.launcher_name}"]
+        if self.network_isolated:
+            said.append("no network (own network namespace), host loopback included")
+        if self.private_root:
+            said.append("minimal root: only /usr, the interpreter and its packages, read-only;"
+                        " private tmpfs /sandbox, /tmp, /dev/shm")
+        elif self.filesystem_readonly:
+            said.append("host file system visible read-only")
+        if self.pid_namespace:
+            said.append("own pid namespace: host processes invisible, nothing outlives the run")
+        if self.ipc_isolated:
+            said.append("own IPC namespace: System V objects die with the run")
+        if self.ptrace_blocked:
+            said.append("seccomp: no ptrace, no new namespaces, no mounts, no keyrings")
+        if self.run_as_uid is not None or self.launcher_name == "bubblewrap":
+            said.append("unprivileged uid, no capabilities")
+        said.append("memory: " + ("one cgroup bound per run (memfd, shm and tmpfs included)"
+                                  if self.memory_limit == "cgroup" else
+                                  "RLIMIT_AS per process only (memfd and shm NOT bounded)"))
+        said.append(f"process budget: {self.process_limit}")
+        return tuple(said)
+
+
+#: Environment variable choosing the launcher: "auto" (default: bubblewrap where it works,
+#: else unshare), "bubblewrap", "unshare" or "none" (no isolation; needs allow_unisolated).
+LAUNCHER_ENV_VAR = "PETTINGLLMS_SANDBOX_LAUNCHER"
+LAUNCHERS = ("auto", "bubblewrap", "unshare", "none")
 
 _CAPS_LOCK = threading.Lock()
-_CAPS_CACHE: dict[str, SandboxCapabilities] = {}
+_CAPS_CACHE: dict[tuple[str, str], SandboxCapabilities] = {}
 
 
 def sandbox_capabilities(python: str | None = None) -> SandboxCapabilities:
-    """Probe (once per interpreter, then cached) which isolation mechanisms work here."""
+    """Probe (once per interpreter and launcher choice, then cached) which isolation
+    mechanisms work here. The launcher is ``$PETTINGLLMS_SANDBOX_LAUNCHER`` (one of
+    :data:`LAUNCHERS`, default ``auto``); an unknown name raises ``ValueError``."""
     exe = python or os.environ.get(PYTHON_ENV_VAR) or sys.executable
+    choice = os.environ.get(LAUNCHER_ENV_VAR, "auto") or "auto"
+    if choice not in LAUNCHERS:
+        raise ValueError(f"${LAUNCHER_ENV_VAR}={choice!r} is not a launcher; known: "
+                         f"{', '.join(LAUNCHERS)}")
     with _CAPS_LOCK:
-        if exe not in _CAPS_CACHE:
-            _CAPS_CACHE[exe] = _probe(exe)
-            logger.info("sandbox capabilities: %s", _CAPS_CACHE[exe])
-        return _CAPS_CACHE[exe]
+        if (exe, choice) not in _CAPS_CACHE:
+            caps = _probe_choice(exe, choice)
+            _CAPS_CACHE[(exe, choice)] = caps
+            logger.info("sandbox capabilities: %s", caps)
+            if caps.launcher_name != "bubblewrap":
+                logger.warning("sandbox: bubblewrap is not in use (%s); weaker guarantees: %s",
+                               "; ".join(caps.notes) or "not chosen", "; ".join(caps.guarantees))
+        return _CAPS_CACHE[(exe, choice)]
+
+
+def _probe_choice(python: str, choice: str) -> SandboxCapabilities:
+    notes: list[str] = []
+    if choice in ("auto", "bubblewrap"):
+        caps, why = _probe_bubblewrap(python)
+        if caps is not None:
+            return caps
+        notes.append(f"bubblewrap unusable: {why}")
+    if choice == "none":
+        return SandboxCapabilities(python, (), False, False, None, "none", None,
+                                   ("no launcher chosen",))
+    caps = _probe(python)
+    return dataclasses.replace(caps, notes=tuple(notes) + caps.notes)
+
+
+_BWRAP_PROBE_CODE = """
+import errno, os, socket
+print(os.readlink("/proc/self/ns/net"), os.readlink("/proc/self/ns/ipc"), os.getuid())
+try:
+    open("/usr/.pettingllms-probe", "w")
+    print("usr-writable")
+except OSError as e:
+    print("usr-" + errno.errorcode.get(e.errno, "?"))
+open("inside", "w").write("x")
+print(sorted(os.listdir("/proc/self/fd")))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("ptrace", libc.ptrace(0x4206, os.getppid(), 0, 0))
+"""
+
+
+def _probe_bubblewrap(python: str) -> tuple[SandboxCapabilities | None, str]:
+    """Capabilities with the bubblewrap launcher, or ``(None, why not)``."""
+    from .bwrap import find_bwrap, interpreter_layout
+    from .cgroups import _memory_cgroup_root
+    from .runner import _next_uid, _run
+    from .seccomp import seccomp_program
+
+    if find_bwrap() is None:
+        return None, "no `bwrap` binary (Debian: apt-get install bubblewrap)"
+    if seccomp_program() is None:
+        return None, "no seccomp numbers for this architecture"
+    try:
+        layout = interpreter_layout(python)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return None, f"cannot read the interpreter's layout ({exc})"
+    root = os.geteuid() == 0
+    memory_root = _memory_cgroup_root()
+    caps = SandboxCapabilities(
+        python, (), True, True, _next_uid() if root else None, "rlimit", None,
+        () if root else ("RLIMIT_NPROC counts every process of this user, not only the "
+                         "sandbox's",),
+        filesystem_readonly=True, launcher_name="bubblewrap", private_root=True,
+        ipc_isolated=True, ptrace_blocked=True,
+        memory_limit="cgroup" if memory_root else "rlimit", memory_cgroup_root=memory_root,
+        layout=layout)
+    if memory_root is None:
+        caps = dataclasses.replace(caps, notes=caps.notes + (
+            "no writable memory cgroup: memory is RLIMIT_AS per process; memfd and shared "
+            "memory are NOT bounded",))
+    result = _run(_BWRAP_PROBE_CODE, "", SandboxLimits(wall_time_s=20, cpu_time_s=10), caps,
+                  probing=True)
+    lines = result.stdout.splitlines()
+    if not result.ok or len(lines) != 4:
+        return None, f"the probe run failed ({result.describe_failure()[-300:]})"
+    net, ipc, uid = lines[0].split()
+    expected = {"net": os.readlink("/proc/self/ns/net"), "ipc": os.readlink("/proc/self/ns/ipc")}
+    if net == expected["net"] or ipc == expected["ipc"]:
+        return None, "the run shared the host's network or IPC namespace"
+    if root and uid == "0":
+        return None, "the run kept uid 0"
+    if lines[1] != "usr-EROFS":
+        return None, f"/usr was not read-only in the run ({lines[1]})"
+    if lines[2] != "['0', '1', '2', '3']":  # 3: the listing's own descriptor
+        return None, f"the run inherited descriptors {lines[2]}"
+    if lines[3] != "ptrace -1":
+        return None, "ptrace was not refused"
+    return caps, ""
 
 
 _PROBE_CODE = """
@@ -164,4 +292,5 @@ def _probe(python: str) -> SandboxCapabilities:
                      + ("a pids cgroup enforces max_processes" if cgroup_root else
                         "no writable pids cgroup either, so max_processes is NOT enforced"))
     return SandboxCapabilities(python, launcher, network, pid_ns, uid, process_limit,
-                               cgroup_root, tuple(notes), readonly)
+                               cgroup_root, tuple(notes), readonly,
+                               launcher_name="unshare" if launcher else "none")

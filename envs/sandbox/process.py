@@ -55,15 +55,17 @@ class _StartError(Exception):
 
 def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
              rlimits: SandboxLimits, wall_time_s: float, caps: SandboxCapabilities,
-             cgroup: str | None, probing: bool = False) -> _Exit:
+             cgroup: str | None, probing: bool = False, pass_fds: tuple[int, ...] = (),
+             extra_cgroups: tuple[str, ...] = ()) -> _Exit:
     """Start ``argv`` under ``rlimits`` (as ``uid``, in ``cgroup``), wait at most
     ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
-            env=_scrubbed_env(cwd), start_new_session=True, close_fds=True,
-            preexec_fn=_make_preexec(rlimits, cgroup and os.path.join(cgroup, "cgroup.procs")),
+            env=_scrubbed_env(cwd), start_new_session=True, close_fds=True, pass_fds=pass_fds,
+            preexec_fn=_make_preexec(rlimits, [os.path.join(c, "cgroup.procs")
+                                               for c in (cgroup, *extra_cgroups) if c]),
             user=uid, group=uid, extra_groups=[] if uid is not None else None)
     except (OSError, subprocess.SubprocessError) as exc:
         (logger.debug if probing else logger.warning)(
@@ -101,16 +103,16 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     return env
 
 
-def _make_preexec(limits: SandboxLimits, cgroup_procs: str | None):
+def _make_preexec(limits: SandboxLimits, cgroup_procs: list[str]):
     """Build the child-side hook. It only issues syscalls (no imports, no locks), because
     ``preexec_fn`` runs between fork and exec, where a multi-threaded parent's locks may be held."""
     pairs = _rlimit_pairs(limits)
-    procs_path = cgroup_procs.encode() if cgroup_procs else None
+    procs_paths = [path.encode() for path in cgroup_procs]
     setrlimit, os_open, os_write, os_close, getpid = (
         resource.setrlimit, os.open, os.write, os.close, os.getpid)
 
     def preexec() -> None:
-        if procs_path is not None:
+        for procs_path in procs_paths:
             fd = os_open(procs_path, os.O_WRONLY)
             try:
                 os_write(fd, b"%d" % getpid())

@@ -8,7 +8,9 @@ Best-effort, from what the host can observe after the run; the first rule that m
 * ``"wall_time"``: the wall clock killed the run (``timed_out``); exact.
 * ``"cpu_time"``: killed by SIGKILL or SIGXCPU after at least the CPU budget (``getrusage`` of
   the program and its reaped children); exact for the program's main process.
-* ``"memory"``: the run failed and the last line of stderr mentions ``MemoryError`` (numpy's
+* ``"memory"``: the run failed and its memory cgroup (where one is used, see
+  :mod:`~pettingllms_envs.sandbox.cgroups`) reached its limit (exact); or the run failed and
+  the last line of stderr mentions ``MemoryError`` (numpy's
   ``_ArrayMemoryError`` too), ``[Errno 12]`` or "Cannot allocate memory". RLIMIT_AS makes
   allocations fail rather than kill; a program that swallows its MemoryError is not detected.
 * ``"processes"``: where a pids cgroup enforces the budget, its ``pids.events`` "max" counter
@@ -68,6 +70,10 @@ class SandboxLimits:
         max_open_files: file descriptors per process (RLIMIT_NOFILE).
         max_file_bytes: largest file the program may write, stdout/stderr included (RLIMIT_FSIZE).
         max_output_bytes: bytes of stdout and of stderr read back into the result.
+        allow_unisolated: run even where no launcher isolates anything (no namespaces at
+            all: the program shares the host's network, files and processes). Off by default:
+            such a host raises :class:`SandboxUnavailableError` at the first run; on, each
+            process warns once.
     """
 
     wall_time_s: float = 5.0
@@ -77,9 +83,15 @@ class SandboxLimits:
     max_open_files: int = 64
     max_file_bytes: int = 16 * 1024 * 1024
     max_output_bytes: int = 64 * 1024
+    allow_unisolated: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.allow_unisolated, bool):
+            raise ValueError(f"SandboxLimits.allow_unisolated must be True or False, "
+                             f"got {self.allow_unisolated!r}")
         for field in dataclasses.fields(self):
+            if field.name == "allow_unisolated":
+                continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"SandboxLimits.{field.name} must be a positive number, "
@@ -93,6 +105,10 @@ class SandboxLimits:
                 object.__setattr__(self, field.name, int(value))  # 1e6 (YAML) -> 1000000
         if self.max_open_files < 8:
             raise ValueError("SandboxLimits.max_open_files must be >= 8 (the interpreter needs some)")
+
+
+class SandboxUnavailableError(RuntimeError):
+    """No launcher isolates anything on this host and ``allow_unisolated`` is off."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +151,8 @@ class SandboxResult:
             reason = "timed out (wall-clock limit)"  # no measured time: keep text reproducible
         elif self.killed_by_signal is not None:
             name = _signal_name(self.killed_by_signal)
-            hint = limit or {"SIGXCPU": "CPU time limit", "SIGKILL": "a resource limit"}.get(name)
+            # no guess for a bare SIGKILL: a program may send it to itself (os.kill(0, 9))
+            hint = limit or ("CPU time limit" if name == "SIGXCPU" else None)
             reason = f"killed by {name}" + (f" ({hint})" if hint else "")
         elif self.exit_code is None:
             reason = "could not start"
@@ -148,7 +165,7 @@ class SandboxResult:
 def _make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: bytes,
                  returncode: int, timed_out: bool, cpu_time_s: float, wall_time_s: float,
                  pids_max_hit: bool | None, limits: SandboxLimits, caps: SandboxCapabilities,
-                 scratch: str, base: str) -> SandboxResult:
+                 scratch: str, base: str, memory_hit: bool = False) -> SandboxResult:
     cap = limits.max_output_bytes
     truncated = out_size > cap or err_size > cap
     stderr_tail = _decode(tail, scratch, base)
@@ -160,15 +177,19 @@ def _make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: 
         filesystem_readonly=caps.filesystem_readonly,
         limit_hit=_limit_hit(timed_out=timed_out, returncode=returncode,
                              cpu_time_s=cpu_time_s, limits=limits, stderr_tail=stderr_tail,
-                             pids_max_hit=pids_max_hit, output_truncated=truncated))
+                             pids_max_hit=pids_max_hit, output_truncated=truncated,
+                             memory_hit=memory_hit))
 
 
 def _limit_hit(*, timed_out: bool, returncode: int, cpu_time_s: float, limits: SandboxLimits,
-               stderr_tail: str, pids_max_hit: bool | None, output_truncated: bool) -> str | None:
+               stderr_tail: str, pids_max_hit: bool | None, output_truncated: bool,
+               memory_hit: bool = False) -> str | None:
     """Which limit the run ran into (rules and their limits: module docstring)."""
     if timed_out:
         return "wall_time"
     killer = -returncode if returncode < 0 else None
+    if memory_hit and returncode != 0:  # the run's memory cgroup hit its limit (exact)
+        return "memory"
     if killer in (signal.SIGKILL, signal.SIGXCPU) and \
             cpu_time_s >= math.ceil(limits.cpu_time_s) - _CPU_SLACK_S:
         return "cpu_time"

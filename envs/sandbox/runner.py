@@ -8,19 +8,24 @@ One subprocess per run, ``python -s -B solution.py`` in a fresh scratch folder (
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import shutil
 import signal
 import tempfile
 import time
 from typing import Sequence
 
-from .cgroups import _cgroup_max_hit, _open_cgroup, _remove_cgroup
+from .bwrap import BWRAP_SCRATCH, bwrap_argv, find_bwrap
+from .cgroups import (_cgroup_max_hit, _memory_limit_hit, _open_cgroup, _open_memory_cgroup,
+                      _remove_cgroup)
+from .cleanup import remove_tree
 from .filesystem import _fs_setup_failed, _sandbox_argv
 from .probe import SandboxCapabilities, sandbox_capabilities
-from .process import _StartError, _execute, _python_flags, _read_output, _run_counter
-from .results import SandboxLimits, SandboxResult, _decode, _make_result
+from .process import (_StartError, _execute, _python_flags, _read_output, _run_counter,
+                      _scrubbed_env)
+from .results import SandboxLimits, SandboxResult, SandboxUnavailableError, _decode, _make_result
+from .seccomp import seccomp_program
 
 logger = logging.getLogger(__package__)  # one logger for the package: "pettingllms_envs.sandbox"
 
@@ -39,7 +44,28 @@ def run_python(code: str, *, stdin: str = "", limits: SandboxLimits = SandboxLim
     create a temporary folder makes it raise.
     """
     caps = sandbox_capabilities(python)
+    _check_isolation(caps, limits)
     return _run(code, stdin, limits, caps)
+
+
+_warned_unisolated = False
+
+
+def _check_isolation(caps: SandboxCapabilities, limits: SandboxLimits) -> None:
+    """Refuse a host where no launcher isolates anything, unless the caller opted in."""
+    global _warned_unisolated
+    if caps.launcher_name != "none":
+        return
+    if not limits.allow_unisolated:
+        raise SandboxUnavailableError(
+            "no sandbox launcher works on this host (" + "; ".join(caps.notes) + "); install "
+            "bubblewrap (apt-get install bubblewrap) or enable user namespaces, or pass "
+            "SandboxLimits(allow_unisolated=True) to run programs with the host's network, "
+            "files and processes")
+    if not _warned_unisolated:
+        _warned_unisolated = True
+        logger.warning("sandbox: running programs WITHOUT isolation (allow_unisolated=True): "
+                       "they share the host's network, files and processes")
 
 
 def run_python_batch(code: str, stdins: Sequence[str], *, limits: SandboxLimits = SandboxLimits(),
@@ -63,6 +89,9 @@ def run_python_batch(code: str, stdins: Sequence[str], *, limits: SandboxLimits 
     if not inputs:
         return []
     caps = sandbox_capabilities(python)
+    _check_isolation(caps, limits)
+    if caps.launcher_name == "bubblewrap":  # one sandbox per input: nothing shared at all
+        return [_run(code, data.decode("utf-8"), limits, caps) for data in inputs]
     results: dict[int, SandboxResult] = {}
     pending = list(range(len(inputs)))
     deadline = time.monotonic() + _batch_budget_s(limits, len(inputs))
@@ -101,6 +130,8 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         raise TypeError(f"code must be str, got {type(code).__name__}")
     if uid is None and caps.run_as_uid is not None:
         uid = _next_uid()  # a fresh uid per run: its own process budget, no cross-run signals
+    if caps.launcher_name == "bubblewrap":
+        return _run_bwrap(code, stdin, limits, caps, uid, probing)
     base, scratch = _make_workspace(code, uid)
     cgroup = None
     try:
@@ -144,6 +175,92 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         _remove_tree(base)
 
 
+def _run_bwrap(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities,
+               uid: int | None, probing: bool) -> SandboxResult:
+    """One run under bubblewrap (:mod:`~pettingllms_envs.sandbox.bwrap`). The host folder
+    holds only the program's stdin/stdout/stderr files, the script and the filter, all
+    root's and none visible inside; the program's own files live in tmpfs that vanish."""
+    base = tempfile.mkdtemp(prefix="pettingllms-sbx-")
+    memory_cgroup = None
+    status_read = status_write = -1
+    try:
+        paths = {name: os.path.join(base, name) for name in ("stdin", "stdout", "stderr",
+                                                             "solution.py", "seccomp")}
+        with open(paths["stdin"], "wb") as handle:
+            handle.write(str(stdin).encode("utf-8", errors="replace"))
+        with open(paths["solution.py"], "w", encoding="utf-8", errors="surrogatepass") as fh:
+            fh.write(code)
+        with open(paths["seccomp"], "wb") as handle:
+            handle.write(seccomp_program() or b"")
+        memory_cgroup = _open_memory_cgroup(caps, limits.memory_mb * 1024 * 1024)
+        status_read, status_write = os.pipe()
+        with open(paths["solution.py"], "rb") as script, open(paths["seccomp"], "rb") as flt, \
+                open(paths["stdin"], "rb") as fin, open(paths["stdout"], "wb") as fout, \
+                open(paths["stderr"], "wb") as ferr:
+            argv = bwrap_argv(
+                find_bwrap() or "bwrap", caps.layout, [caps.layout.executable,
+                                                       *_python_flags(), _SCRIPT_NAME],
+                script_fd=script.fileno(), seccomp_fd=flt.fileno(), status_fd=status_write,
+                run_uid=uid, tmpfs_bytes=max(2 * limits.max_file_bytes, 1 << 20),
+                env=_scrubbed_env(BWRAP_SCRATCH), disable_userns=uid is None)
+            try:
+                done = _execute(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=base, uid=None,
+                                rlimits=limits, wall_time_s=limits.wall_time_s, caps=caps,
+                                cgroup=None, probing=probing,
+                                pass_fds=(script.fileno(), flt.fileno(), status_write),
+                                extra_cgroups=(memory_cgroup,) if memory_cgroup else ())
+            except _StartError as exc:
+                return _not_started(f"sandbox could not start: {exc}", caps)
+            finally:
+                os.close(status_write)
+                status_write = -1
+        status = _read_status(status_read)
+        cap = limits.max_output_bytes
+        out, out_size, _ = _read_output(paths["stdout"], cap)
+        err, err_size, tail = _read_output(paths["stderr"], cap)
+        if "child-pid" not in status and not done.timed_out:
+            return _not_started("sandbox could not start: "
+                                + err.decode("utf-8", "replace").strip()[-300:], caps)
+        returncode = status.get("exit-code", done.returncode)
+        if 128 < returncode < 128 + 65:  # bubblewrap passes a signal on as 128 + its number
+            returncode = 128 - returncode
+        return _make_result(
+            out=out, out_size=out_size, err=err, err_size=err_size, tail=tail,
+            returncode=returncode, timed_out=done.timed_out, cpu_time_s=done.cpu_time_s,
+            wall_time_s=done.wall_time_s, pids_max_hit=None, limits=limits, caps=caps,
+            scratch=BWRAP_SCRATCH, base=base,
+            memory_hit=bool(memory_cgroup) and _memory_limit_hit(memory_cgroup))
+    finally:
+        for fd in (status_read, status_write):
+            if fd >= 0:
+                os.close(fd)
+        if memory_cgroup:
+            _remove_cgroup(memory_cgroup)
+        remove_tree(base)
+
+
+def _read_status(fd: int) -> dict:
+    """bubblewrap's JSON status documents (``child-pid``, then ``exit-code``), merged."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    merged: dict = {}
+    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict):
+            merged.update({k: v for k, v in document.items() if isinstance(v, int)})
+    return merged
+
+
 def _not_started(message: str, caps: SandboxCapabilities) -> SandboxResult:
     return SandboxResult("", message, None, False, None, False, caps.network_isolated, 0.0,
                          filesystem_readonly=caps.filesystem_readonly)
@@ -169,17 +286,7 @@ def _make_workspace(code: str, uid: int | None) -> tuple[str, str]:
 
 
 def _remove_tree(path: str) -> None:
-    def retry_writable(func, failed, _exc):  # the program may have chmod-ed its own files
-        try:
-            os.chmod(os.path.dirname(failed) or failed, 0o700)
-            os.chmod(failed, 0o700)
-            func(failed)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=retry_writable)
-    if os.path.exists(path):
-        logger.warning("sandbox scratch folder %s could not be removed", path)
+    remove_tree(path)  # iterative, bounded, never raises (see cleanup)
 
 
 def _next_uid() -> int:

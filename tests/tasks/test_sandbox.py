@@ -1,6 +1,12 @@
 """The code sandbox with hostile programs: every run must end on time, contained, and clean;
 a batch of inputs must give each input what a single run would, and one bad input must not
-poison the others."""
+poison the others.
+
+This file pins the ``unshare`` launcher (the fallback where bubblewrap is missing) and tests
+its mechanics: the read-only preamble, the batch harness, the pids cgroup. The bubblewrap
+launcher, the default where it works, is held to the attacks in test_sandbox_hostile.py, which
+also runs the behaviour both launchers share.
+"""
 
 import dataclasses
 import os
@@ -18,10 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pettingllms_envs.sandbox import (
+    LAUNCHER_ENV_VAR,
     LIMIT_HITS,
     SCRATCH_PLACEHOLDER,
     SandboxLimits,
     SandboxResult,
+    SandboxUnavailableError,
     run_python,
     run_python_batch,
     sandbox_capabilities,
@@ -33,6 +41,11 @@ REPO = Path(__file__).resolve().parents[2]
 # Fields that must agree between run_python and run_python_batch (not the measured time).
 COMPARED = ("stdout", "stderr", "exit_code", "timed_out", "killed_by_signal", "output_truncated",
             "network_isolated", "limit_hit", "filesystem_readonly")
+
+
+@pytest.fixture(autouse=True)
+def _unshare_launcher(monkeypatch):
+    monkeypatch.setenv(LAUNCHER_ENV_VAR, "unshare")
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -692,8 +705,11 @@ def test_batch_falls_back_to_single_runs_when_the_harness_cannot_run(monkeypatch
     assert [r.stdout for r in results] == ["2\n", "3\n"]
 
 
-def test_batch_that_cannot_start_reports_it_for_every_input():
-    results = run_python_batch("print(1)", ["", ""], python="/nonexistent/python3")
+def test_a_host_without_any_isolation_refuses_to_run_unless_told_to():
+    with pytest.raises(SandboxUnavailableError, match="allow_unisolated"):
+        run_python_batch("print(1)", ["", ""], python="/nonexistent/python3")
+    results = run_python_batch("print(1)", ["", ""], python="/nonexistent/python3",
+                               limits=SandboxLimits(allow_unisolated=True))
     assert [r.exit_code for r in results] == [None, None]
     assert all(r.describe_failure().startswith("could not start") for r in results)
 
