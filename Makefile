@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 OUTPUT ?= runs
 
-.PHONY: install train test test-fast test-vllm bench
+.PHONY: install sandbox-tools train test test-fast test-vllm bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,13 +42,24 @@ $(VLLM_VENV)/.installed: pyproject.toml
 test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider
 
-train: install
+train: install sandbox-tools
 	$(VENV)/bin/pettingllms-rllib train tune_configs/math_cpu.yaml --output $(OUTPUT)
 
-test: install
-	$(PY) -m pytest -q
+# bubblewrap is the sandbox for generated code (docs/sandbox.md); root installs it, anyone
+# else is told how (the sandbox then falls back to `unshare`, with weaker guarantees).
+sandbox-tools:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y -qq bubblewrap >/dev/null || \
+		{ apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null; }; \
+	else echo "warning: no bwrap; install bubblewrap for the strongest sandbox (docs/sandbox.md)"; fi
 
-test-fast: install
+# As root, the hostile sandbox suite runs a second time as an unprivileged user.
+test: install sandbox-tools
+	$(PY) -m pytest -q
+	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) tests/sandbox_unprivileged.sh; fi
+
+test-fast: install sandbox-tools
 	$(PY) -m pytest -q -m "not integration and not slow"
 
 bench: install

@@ -8,9 +8,11 @@ One subprocess per run, ``python -s -B solution.py`` in a fresh scratch folder (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -32,6 +34,7 @@ logger = logging.getLogger(__package__)  # one logger for the package: "pettingl
 _SCRIPT_NAME = "solution.py"
 _UID_BASE = 2_000_000  # per-run uids are drawn above this; no real account lives there
 _UID_SPAN = 1_000_000
+_PRLIMIT = shutil.which("prlimit", path="/usr/bin:/bin") or "/usr/bin/prlimit"
 _UNSHARE_SIGKILL = b"unshare: sigprocmask unblock failed: Invalid argument\n"
 
 
@@ -197,16 +200,26 @@ def _run_bwrap(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabi
         with open(paths["solution.py"], "rb") as script, open(paths["seccomp"], "rb") as flt, \
                 open(paths["stdin"], "rb") as fin, open(paths["stdout"], "wb") as fout, \
                 open(paths["stderr"], "wb") as ferr:
+            command = [caps.layout.executable, *_python_flags(), _SCRIPT_NAME]
+            host_limits = limits
+            if uid is None:
+                # Unprivileged host: every run is this user's uid, and RLIMIT_NPROC set here
+                # would count all of the user's processes (the trainer's threads, the last
+                # run's exiting ones). Inside the run's own user namespace the count is the
+                # run's alone, so the budget is set there, by prlimit, and kept loose here.
+                command = [_PRLIMIT, f"--nproc={limits.max_processes}:{limits.max_processes}",
+                           "--", *command]
+                host_limits = dataclasses.replace(limits,
+                                                  max_processes=limits.max_processes + 65536)
             argv = bwrap_argv(
-                find_bwrap() or "bwrap", caps.layout, [caps.layout.executable,
-                                                       *_python_flags(), _SCRIPT_NAME],
+                find_bwrap() or "bwrap", caps.layout, command,
                 script_fd=script.fileno(), seccomp_fd=flt.fileno(), status_fd=status_write,
                 run_uid=uid, tmpfs_bytes=max(2 * limits.max_file_bytes, 1 << 20),
                 env=_scrubbed_env(BWRAP_SCRATCH), disable_userns=uid is None)
             try:
                 done = _execute(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=base, uid=None,
-                                rlimits=limits, wall_time_s=limits.wall_time_s, caps=caps,
-                                cgroup=None, probing=probing,
+                                rlimits=host_limits, wall_time_s=limits.wall_time_s,
+                                caps=caps, cgroup=None, probing=probing,
                                 pass_fds=(script.fileno(), flt.fileno(), status_write),
                                 extra_cgroups=(memory_cgroup,) if memory_cgroup else ())
             except _StartError as exc:

@@ -59,7 +59,7 @@ def test_a_solution_that_forges_harness_results_gets_the_reward_of_an_empty_one(
     empty = run_tests(problem, "", problem.tests, limits=FAST)
     assert sum(o.passed for o in forged) == sum(o.passed for o in empty) == 0
     honest = run_tests(problem, problem.reference, problem.tests, limits=FAST)
-    assert all(o.passed for o in honest)  # the judge still passes a real solution
+    assert all(o.passed for o in honest), [o for o in honest if not o.passed]  # a real solution passes
 
 
 def test_a_batch_input_can_neither_read_nor_forge_another_input():

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The hostile sandbox suite again, as an unprivileged user (`make test` runs it when it is root;
+# CI is root). bubblewrap then runs without privileges, in a user namespace of its own, which is
+# the path every non-root user of the library takes.
+#
+# The venv's interpreter may live where other users cannot reach it (pyenv under /root, mode
+# 0700): for the length of the run the folders above it get o+x (enter, not list), and their
+# modes are put back afterwards, whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+USER_NAME=${SANDBOX_TEST_USER:-pettingllms-sbx-test}
+PY=${PY:-.venv/bin/python}
+if [ "$(id -u)" != 0 ]; then
+  echo "sandbox_unprivileged.sh: already unprivileged; run the suite directly" >&2
+  exec "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py
+fi
+id "$USER_NAME" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$USER_NAME"
+base=$("$PY" -c "import sys; print(sys.base_prefix)")
+restore=()
+dir=$base
+while [ "$dir" != / ]; do  # every folder above the interpreter and the checkout must be enterable
+  if ! runuser -u "$USER_NAME" -- test -x "$dir" 2>/dev/null; then
+    restore+=("$(stat -c %a "$dir") $dir")
+    chmod o+x "$dir"
+  fi
+  dir=$(dirname "$dir")
+done
+put_back() { for entry in "${restore[@]}"; do chmod "${entry%% *}" "${entry#* }"; done; }
+trap put_back EXIT
+home=$(mktemp -d)
+chown "$USER_NAME" "$home"
+runuser -u "$USER_NAME" -- env HOME="$home" PATH=/usr/bin:/bin \
+  "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py
+rm -rf "$home"
