@@ -10,7 +10,9 @@ the next turn, and the episode ends as soon as their answers agree. Answers are 
 math-verify caveats handled here (see :func:`parse_math` and :func:`answers_equivalent`):
 
 * its timeouts use ``signal.alarm``, which raises off the main thread (Ray may call
-  ``env.step`` from a worker thread), so timeouts are passed only on the main thread;
+  ``env.step`` from a worker thread), so every parse and comparison runs in a helper process
+  (:class:`~pettingllms_envs.bounded_worker.BoundedWorker`) that is killed after
+  :data:`MATH_VERIFY_WALL_S` seconds, whichever thread asked;
 * without a timeout, a short answer such as ``\\boxed{3^{3^{3^{3}}}}`` or
   ``\\boxed{{{{{{{{{1}}}}}}}}}`` would run for minutes (a huge integer power, exponential
   backtracking in the LaTeX grammar), so every candidate answer is at most
@@ -35,6 +37,7 @@ import sympy
 from math_verify import parse as mv_parse
 from math_verify import verify as mv_verify
 
+from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
     clip_text, extract_python_code, run_tool_program)
@@ -162,6 +165,12 @@ def parse_program_output(stdout: str) -> ParseResult:
 
 
 # ------------------------------------------------------------------------------ answer checking
+#: Wall-clock bound on one math-verify parse or comparison, on any thread (the call runs in a
+#: helper process that is killed past it; see :mod:`pettingllms_envs.bounded_worker`).
+MATH_VERIFY_WALL_S = 2.0
+_WORKER = BoundedWorker("pettingllms_envs.math", MATH_VERIFY_WALL_S, warm_up="_warm_up")
+
+
 def _timeout() -> int | None:
     """math-verify's signal-based timeout only works on the main thread."""
     return VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
@@ -246,13 +255,20 @@ def parse_math(answer: str, *, trusted: bool = False) -> tuple:
     ``\\frac{1}{2}``, ``x = 3`` and ``The answer is 5`` alike. Untrusted answers (predictions,
     not ``trusted`` gold answers) must be at most :data:`MAX_ANSWER_CHARS` characters and
     :data:`MAX_NESTING` brackets deep, and every parsed expression must pass
-    :func:`expression_too_costly`; otherwise the result is ``()``.
+    :func:`expression_too_costly`; otherwise the result is ``()``. The parse runs in a helper
+    process bounded by :data:`MATH_VERIFY_WALL_S` on any thread; a parse cut short is ``()``.
     """
     answer = _clean_candidate(answer)
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return ()
     if not trusted and bracket_depth(answer) > MAX_NESTING:
         return ()
+    return tuple(_WORKER.call("_parse_here", (answer, trusted), ()))
+
+
+def _parse_here(answer: str, trusted: bool) -> tuple:
+    """The parse itself (in the bounded worker, where it is the main thread, so math-verify's
+    own signal timeout works too)."""
     try:
         parsed = tuple(mv_parse(f"${answer}$", parsing_timeout=_timeout()))
     except Exception as exc:  # math-verify promises not to raise; do not rely on it
@@ -263,14 +279,23 @@ def parse_math(answer: str, *, trusted: bool = False) -> tuple:
     return parsed
 
 
-def _verify(gold: tuple, target: tuple) -> bool:
-    if not gold or not target:
-        return False
+def _verify_here(gold: tuple, target: tuple) -> bool:
     try:
         return bool(mv_verify(list(gold), list(target), timeout_seconds=_timeout()))
     except Exception as exc:
         logger.debug("math-verify verify raised %r", exc)
         return False
+
+
+def _warm_up() -> None:
+    """math-verify loads its grammars on first use: do it before the first bounded call."""
+    _verify_here(_parse_here("1/2", True), _parse_here("0.5", True))
+
+
+def _verify(gold: tuple, target: tuple) -> bool:
+    if not gold or not target:
+        return False
+    return bool(_WORKER.call("_verify_here", (gold, target), False))
 
 
 def is_correct(gold: tuple, prediction: tuple) -> bool:
