@@ -1,34 +1,39 @@
-"""Run untrusted Python (LLM-written programs) in a throw-away, resource-limited subprocess.
+"""Run untrusted Python (LLM-written programs) in a throw-away, resource-limited sandbox.
 
 Threat model
 ------------
-The code comes from a model being trained. It is mostly honest but buggy (infinite loops, huge
-allocations, 100 MB prints, accidental fork loops) and sometimes "hostile by reward hacking"
-(reading the trainer's environment variables, using the network, writing outside its folder,
-leaving background processes behind). In that order we guarantee: the host process and the
-machine survive; a run ends within its wall-clock budget and leaves no process behind; the code
-cannot read the host's environment, reach the network or write outside its own folders (where
-the OS allows); runs are reproducible (fixed hash seed, no bytecode files). This is *not* a
-defence against a determined attacker with a kernel exploit, and where privileges cannot be
-dropped (a root host whose interpreter lives in a folder other users cannot read, e.g.
-``/root/.pyenv``), the code keeps root's *file* permissions inside its user namespace (to read
-with; writes are stopped by the read-only file system where it is available): use a container
-or VM for real adversaries.
+The code comes from a model being trained to raise its reward. It is mostly honest but buggy
+(infinite loops, huge allocations, 100 MB prints, accidental fork loops) and sometimes hostile
+by reward hacking: forging a verdict, reading the tests or another run, reading the host,
+reaching the network, leaving processes behind. The guarantees depend on the launcher in use,
+which :func:`sandbox_capabilities` reports (``launcher_name``, ``guarantees``, ``notes``):
+**bubblewrap** (the default where ``bwrap`` works: an empty root per run with only the
+interpreter read-only, a fresh unprivileged uid, pid/network/IPC namespaces, a seccomp filter
+without ptrace, a memory cgroup, one sandbox per batch input) or the **unshare** fallback (the
+host's file system read-only, namespaces where the kernel allows, a batch harness shared by
+the inputs). Neither defends against kernel exploits: use a VM for real adversaries. The full
+table per launcher, what is not defended, and how to check a machine: ``docs/sandbox.md``.
+The verdict of a code test is never read from the program's own output
+(:mod:`pettingllms_envs.code_judge`).
 
 Submodules (one concern each, and the guarantee it holds)
 ---------------------------------------------------------
-* :mod:`.runner`: the entry points; a fresh scratch folder (and uid) per run, removed after it.
+* :mod:`.runner`: the entry points; one sandbox (and uid) per run, its files removed after it.
+* :mod:`.bwrap`: the bubblewrap command line: what a run can see, be and reach.
+* :mod:`.seccomp`: the system calls a run may not make (ptrace, namespaces, mounts, ...).
 * :mod:`.process`: scrubbed environment, fixed rlimits, wall clock, whole group killed, output cut.
-* :mod:`.cgroups`: where runs stay root, a ``pids`` cgroup per run bounds the process count.
-* :mod:`.filesystem`: the host's file system is read-only to the program, but for its own folders.
-* :mod:`.batch`: one sandbox start per batch; each input gets what a single run would; no hangs.
-* :mod:`.probe`: which isolation works here, probed once per interpreter; every fallback noted.
+* :mod:`.cgroups`: a ``memory`` cgroup per run (memfd and shm included) and, where unshare runs
+  stay root, a ``pids`` cgroup for the process count.
+* :mod:`.cleanup`: removing whatever tree a program left, iteratively, in bounded time.
+* :mod:`.filesystem`: (unshare) the host's file system read-only but for the run's own folders.
+* :mod:`.batch`: (unshare) one sandbox start per batch; each input gets what a single run would.
+* :mod:`.probe`: which launcher and which mechanisms work here, probed once; every fallback noted.
 * :mod:`.results`: validated limits, reproducible output text, and which limit a run hit.
-* ``fs_preamble.py``, ``harness_main.py``: run *inside* the sandbox (``python -c``), not imported.
+* ``fs_preamble.py``, ``harness_main.py``: run *inside* the unshare sandbox (``python -c``).
 
-Residual risks (accepted for LLM-written code, not for adversaries): the file system is the
-host's to read (world-readable files, and without a privilege drop root's too); where the
-read-only view is unavailable it is also writable wherever the run's uid may write (``/tmp``;
+Residual risks of the unshare fallback (bubblewrap's are in ``docs/sandbox.md``): the file
+system is the host's to read (world-readable files, and without a privilege drop root's too);
+where the read-only view is unavailable it is also writable wherever the run's uid may write (``/tmp``;
 without a privilege drop, all of root's files) and a deliberately hostile program running as
 (namespaced) root could leave its pids cgroup; with it, the scratch folder (and a batch's io
 folder) and the private ``/dev/shm`` stay writable, bounded per file and, for ``/dev/shm``, in
