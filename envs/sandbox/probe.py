@@ -1,5 +1,11 @@
 """Which isolation mechanisms work on this host: :func:`sandbox_capabilities`.
 
+The bubblewrap launcher (:mod:`~pettingllms_envs.sandbox.bwrap`) is tried first: its probe run
+must show a network and IPC namespace other than the host's, a uid other than 0 on a root
+host, a read-only ``/usr``, no descriptor beyond 0-2 and a refused ``ptrace``. Where it fails
+(or ``$PETTINGLLMS_SANDBOX_LAUNCHER=unshare``), the unshare launcher below is probed; the notes
+say why bubblewrap was not used.
+
 OS-dependent mechanisms (probed once per interpreter and cached, see :func:`sandbox_capabilities`)
 --------------------------------------------------------------------------------------------------
 * Privilege drop: on a root host, if the interpreter runs as an unprivileged uid, each run gets
@@ -55,11 +61,17 @@ PYTHON_ENV_VAR = "PETTINGLLMS_SANDBOX_PYTHON"
 class SandboxCapabilities:
     """What isolation this host allows, as probed (see the module docstring).
 
-    ``launcher`` is the command prefix (an ``unshare`` invocation or empty); ``run_as_uid`` is
-    ``None`` when runs keep the host uid; ``process_limit`` is ``"rlimit"``, ``"cgroup"`` or
-    ``"none"``; ``filesystem_readonly`` is True when runs see the host's file system read-only
-    (all but their own folders, see "File system" in
-    :mod:`~pettingllms_envs.sandbox.filesystem`); ``notes`` explains every fallback taken.
+    ``launcher_name`` is ``"bubblewrap"``, ``"unshare"`` or ``"none"`` and :attr:`guarantees`
+    says in words what runs get (the table per launcher is in ``docs/sandbox.md``).
+    ``launcher`` is the unshare command prefix (empty otherwise); ``run_as_uid`` is ``None``
+    when runs keep the host uid; ``process_limit`` is ``"rlimit"``, ``"cgroup"`` or ``"none"``;
+    ``filesystem_readonly`` is True when runs cannot write the host's files (all but their own
+    folders, see :mod:`~pettingllms_envs.sandbox.filesystem`); ``private_root`` when they do
+    not see them at all (bubblewrap); ``ipc_isolated`` and ``ptrace_blocked`` for the IPC
+    namespace and the seccomp filter; ``memory_limit`` is ``"cgroup"`` (one bound on all of a
+    run's memory, memfd and shm included, in ``memory_cgroup_root``) or ``"rlimit"``
+    (RLIMIT_AS per process only); ``layout`` holds the interpreter's folders bubblewrap binds;
+    ``notes`` explains every fallback taken.
     """
 
     python: str
