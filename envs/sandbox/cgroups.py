@@ -26,12 +26,19 @@ logger = logging.getLogger(__package__)  # one logger for the package: "pettingl
 
 
 def _open_cgroup(caps: SandboxCapabilities, max_pids: int) -> str | None:
-    if caps.process_limit != "cgroup" or not caps.cgroup_root:
+    return _open_run_cgroup(caps.process_limit == "cgroup" and caps.cgroup_root,
+                            lambda: _make_cgroup(caps.cgroup_root, max_pids),
+                            "pids", "process count unlimited")
+
+
+def _open_run_cgroup(enabled, make, kind: str, consequence: str) -> str | None:
+    """A fresh cgroup of ``kind`` for one run, or None (logged) when there is none."""
+    if not enabled:
         return None
     try:
-        return _make_cgroup(caps.cgroup_root, max_pids)
+        return make()
     except OSError as exc:
-        logger.warning("sandbox: no pids cgroup for this run (%r); process count unlimited", exc)
+        logger.warning("sandbox: no %s cgroup for this run (%r); %s", kind, exc, consequence)
         return None
 
 
@@ -60,29 +67,16 @@ def _memory_cgroup_root() -> str | None:
 
 def _make_memory_cgroup(root: str, limit_bytes: int) -> str:
     """A fresh memory cgroup holding at most ``limit_bytes`` (with swap, where accounted)."""
-    path = os.path.join(root, f"pettingllms-sbx-mem-{os.getpid()}-{next(_run_counter)}")
-    os.mkdir(path)
-    try:
-        with open(os.path.join(path, "memory.limit_in_bytes"), "w", encoding="ascii") as fh:
-            fh.write(str(limit_bytes))
-        swap = os.path.join(path, "memory.memsw.limit_in_bytes")
-        if os.path.exists(swap):
-            with open(swap, "w", encoding="ascii") as fh:
-                fh.write(str(limit_bytes))
-    except OSError:
-        os.rmdir(path)
-        raise
-    return path
+    settings = {"memory.limit_in_bytes": limit_bytes}
+    if os.path.exists(os.path.join(root, "memory.memsw.limit_in_bytes")):
+        settings["memory.memsw.limit_in_bytes"] = limit_bytes
+    return _make_run_cgroup(root, "mem-", settings)
 
 
 def _open_memory_cgroup(caps: SandboxCapabilities, limit_bytes: int) -> str | None:
-    if caps.memory_limit != "cgroup" or not caps.memory_cgroup_root:
-        return None
-    try:
-        return _make_memory_cgroup(caps.memory_cgroup_root, limit_bytes)
-    except OSError as exc:
-        logger.warning("sandbox: no memory cgroup for this run (%r); memfd/shm unbounded", exc)
-        return None
+    return _open_run_cgroup(caps.memory_limit == "cgroup" and caps.memory_cgroup_root,
+                            lambda: _make_memory_cgroup(caps.memory_cgroup_root, limit_bytes),
+                            "memory", "memfd/shm unbounded")
 
 
 def _memory_limit_hit(path: str) -> bool:
@@ -123,11 +117,17 @@ def _cgroup_root(controller: str, make) -> str | None:
 
 
 def _make_cgroup(root: str, max_pids: int) -> str:
-    path = os.path.join(root, f"pettingllms-sbx-{os.getpid()}-{next(_run_counter)}")
+    return _make_run_cgroup(root, "", {"pids.max": max_pids})
+
+
+def _make_run_cgroup(root: str, tag: str, settings: dict[str, int]) -> str:
+    """Create ``root/pettingllms-sbx-<tag><pid>-<n>`` and write its ``settings`` files."""
+    path = os.path.join(root, f"pettingllms-sbx-{tag}{os.getpid()}-{next(_run_counter)}")
     os.mkdir(path)
     try:
-        with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
-            handle.write(str(max_pids))
+        for name, value in settings.items():
+            with open(os.path.join(path, name), "w", encoding="ascii") as handle:
+                handle.write(str(value))
     except OSError:
         os.rmdir(path)
         raise
