@@ -17,13 +17,15 @@ fi
 id "$USER_NAME" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$USER_NAME"
 base=$("$PY" -c "import sys; print(sys.base_prefix)")
 restore=()
-dir=$base
-while [ "$dir" != / ]; do  # every folder above the interpreter and the checkout must be enterable
-  if ! runuser -u "$USER_NAME" -- test -x "$dir" 2>/dev/null; then
-    restore+=("$(stat -c %a "$dir") $dir")
-    chmod o+x "$dir"
-  fi
-  dir=$(dirname "$dir")
+for start in "$base" "$(pwd)"; do  # the interpreter's folders and the checkout's, enterable
+  dir=$start
+  while [ "$dir" != / ]; do
+    if ! runuser -u "$USER_NAME" -- test -x "$dir" 2>/dev/null; then
+      restore+=("$(stat -c %a "$dir") $dir")
+      chmod o+x "$dir"
+    fi
+    dir=$(dirname "$dir")
+  done
 done
 put_back() { for entry in "${restore[@]}"; do chmod "${entry%% *}" "${entry#* }"; done; }
 trap put_back EXIT
