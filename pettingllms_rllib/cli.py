@@ -51,6 +51,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from pettingllms_rllib.algorithms import ATGRPO
     from pettingllms_rllib.plotting import plot_experiment
+    from pettingllms_rllib.trial_results import tidy_trial
 
     # Workers must import the same user env modules (`imports:`) as this driver.
     python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
@@ -77,6 +78,8 @@ def _train(args: argparse.Namespace) -> int:
                     checkpoint_frequency=experiment.checkpoint_frequency,
                     checkpoint_at_end=True, num_to_keep=2)))
     results = tuner.fit()
+    for trial_dir in sorted(p.parent for p in experiment_dir.glob("*/result.json")):
+        tidy_trial(trial_dir)  # a resumed trial: each iteration once, one CSV column set
     plot_path = plot_experiment(experiment_dir, experiment_dir / "learning_curve.png")
     logger.info("learning curve: %s", plot_path)
     errors = [r.error for r in results if r.error]

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pettingllms_rllib.trial_results import RESULT_FILE, read_results
+
 SUCCESS = "env_runners/success_rate"
 TURNS = "env_runners/episode_turns_mean"
 ZERO_VARIANCE = "at_grpo/zero_variance_group_fraction"
@@ -77,11 +79,17 @@ class Trial:
 
 # ---------------------------------------------------------------------------------- loading
 def _read_progress(csv: Path) -> pd.DataFrame | None:
-    try:
-        frame = pd.read_csv(csv)
-    except pd.errors.EmptyDataError:
-        return None
-    if not len(frame) or "training_iteration" not in frame:
+    """A trial's rows, each iteration once: from ``result.json`` where there is one (it stays
+    parseable after a resume, see :mod:`~pettingllms_rllib.trial_results`), else the CSV."""
+    if (csv.parent / RESULT_FILE).is_file():
+        rows = read_results(csv.parent)
+        frame = pd.DataFrame(rows) if rows else None
+    else:
+        try:
+            frame = pd.read_csv(csv)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            return None
+    if frame is None or not len(frame) or "training_iteration" not in frame:
         return None
     # A resumed trial can log an iteration twice; the later row is the one that counts.
     frame = frame.dropna(subset=["training_iteration"])
