@@ -138,6 +138,17 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_model_name(name: str) -> None:
+    """A base model that is neither bundled nor a local path must be loadable now: fail in
+    one line instead of after the hub's retries (ModelNotFoundError is a FileNotFoundError)."""
+    from pettingllms_rllib.models import loading
+
+    if name in (loading.BUNDLED_MODEL_NAME, loading.TINY_RANDOM_NAME) or \
+            Path(name).expanduser().exists() or loading.looks_like_path(name):
+        return
+    loading.check_hub_model(name)
+
+
 def _eval(args: argparse.Namespace) -> int:
     import json
 
@@ -159,6 +170,7 @@ def _eval(args: argparse.Namespace) -> int:
                 raise ValueError("give --checkpoint, or --base-model with --env")
             env_id, env_config = args.env, env_config or {}
             agents = make_text_env(env_id, env_config).possible_agents
+            _check_model_name(args.base_model)
             policies = ev.base_policies(args.base_model, agents)
             budget, max_new_tokens = None, args.max_new_tokens or 64
         for replacement in args.module or []:

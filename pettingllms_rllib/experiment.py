@@ -14,12 +14,15 @@ import dataclasses
 import importlib
 import inspect
 import itertools
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
+from pettingllms_rllib.algorithms.config_fields import (LORA_FIELDS, TUNE_FIELDS, Field,
+                                                        check_value, field_for)
 
 TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
@@ -27,6 +30,21 @@ SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resour
             "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing",
             "evaluation")
 NAMED_MAPPINGS = ("shared", "per_role")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as users write it: ``1e-4`` is a number (PyYAML follows YAML 1.1, which wants
+    ``1.0e-4`` and would read ``1e-4`` as text, then refused as "not a number")."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
 
 
 class ExperimentError(ValueError):
@@ -137,7 +155,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ExperimentError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw)
+    return key.strip(), _load_yaml(raw)
 
 
 def build_config(document: Mapping[str, Any], variant: Mapping[str, Any] | None = None
@@ -178,6 +196,7 @@ def _check_document(document: Any, source: str) -> None:
         if bad:
             raise ExperimentError(f"{source}: unknown keys {bad} in algorithm.{section}; "
                                   f"accepted: {sorted(_accepted_kwargs(section))}")
+    _check_values(document, source)
     imports = document.get("imports") or []
     if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
         raise ExperimentError(f"{source}: 'imports' must be a list of module names")
@@ -187,6 +206,54 @@ def _check_document(document: Any, source: str) -> None:
                 parts[1] in _accepted_kwargs(parts[0]))):
             raise ExperimentError(f"{source}: grid key {dotted!r} is not 'mapping' or "
                                   f"'<section>.<key>' with section in {list(SECTIONS)}")
+
+
+def _check_values(document: Mapping[str, Any], source: str) -> None:
+    """Every value's type and range (``algorithm_fields``), Tune's keys, the grid's values."""
+    problems = []
+    for key, field in TUNE_FIELDS.items():
+        if key in document:
+            problems.append(check_value(key, document[key], field))
+    stop = document.get("stop")
+    if isinstance(stop, dict):
+        for metric, limit in stop.items():
+            problems.append(check_value(f"stop.{metric}", limit, Field(float)))
+    for section, kwargs in (document.get("algorithm") or {}).items():
+        for key, value in (kwargs or {}).items():
+            problems.extend(_problems(f"{section}.{key}", section, key, value))
+    for dotted, values in (document.get("grid") or {}).items():
+        parts = dotted.split(".")
+        if len(parts) == 2 and isinstance(values, list):
+            for value in values:
+                problems.extend(_problems(f"grid.{dotted}", parts[0], parts[1], value))
+    problems = [p for p in problems if p]
+    if problems:
+        raise ExperimentError(f"{source}: " + "; ".join(problems))
+
+
+def _problems(dotted: str, section: str, key: str, value: Any) -> list[str | None]:
+    field = field_for(section, key)
+    found = [check_value(dotted, value, field)] if field is not None else []
+    if (section, key) == ("llm", "lora") and isinstance(value, dict):
+        found += [check_value(f"{dotted}.{name}", value[name], LORA_FIELDS[name])
+                  for name in LORA_FIELDS if name in value]
+    return found
+
+
+#: ``llm`` keys that may name a local path, made absolute on the driver: Ray runs trials in
+#: a working directory of its own, where a relative path would not be found.
+PATH_KEYS = ("model", "vllm_weight_sync_dir")
+
+
+def _make_paths_absolute(document: dict[str, Any]) -> None:
+    from pettingllms_rllib.models.loading import looks_like_path
+
+    llm = (document.get("algorithm") or {}).get("llm") or {}
+    for key in PATH_KEYS:
+        value = llm.get(key)
+        if isinstance(value, str) and value and (
+                looks_like_path(value) or Path(value).expanduser().exists()):
+            llm[key] = str(Path(value).expanduser().resolve())
 
 
 def import_env_modules(modules: list[str], *, source: str) -> None:
@@ -206,11 +273,12 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
     path = Path(path)
     if not path.is_file():
         raise ExperimentError(f"experiment file {str(path)!r} does not exist")
-    document = yaml.safe_load(path.read_text()) or {}
+    document = _load_yaml(path.read_text()) or {}
     _check_document(document, str(path))
     for text in overrides:
         set_dotted(document, *parse_override(text))
     _check_document(document, f"{path} with --set overrides")
+    _make_paths_absolute(document)
     import_env_modules(document.get("imports") or [], source=str(path))
     grid = document.get("grid") or {}
     for key, values in grid.items():

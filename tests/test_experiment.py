@@ -49,7 +49,7 @@ def test_overrides_and_grid_produce_variants(tmp_path):
 @pytest.mark.parametrize("override,message", [
     ("environment.env=nope_v0", "unknown text env 'nope_v0'; registered: .*plan_path_v0"),
     ("mapping=team", "unknown mapping 'team'; accepted: \\('shared', 'per_role'\\)"),
-    ("training.num_branches=1", "num_branches \\(K\\) must be >= 2"),
+    ("training.num_branches=1", "training.num_branches: 1 is not accepted; expected an integer >= 2"),
     ("environment.env_config.max_turns=0", "max_turns .*>= 1, got 0"),
     ("training.bogus=1", "unknown keys \\['bogus'\\] in algorithm.training; accepted: .*num_branches"),
     ("llm.model=/no/such/model", "model path '/no/such/model' does not exist"),
@@ -99,7 +99,7 @@ def test_mapping_helpers():
 
 @pytest.mark.parametrize("override,message", [
     ("training.advantage_normalization=zscore", "normalization='zscore'; accepted"),
-    ("llm.temperature=0", "temperature must be > 0"),
+    ("llm.temperature=0", r"llm.temperature: 0 is not accepted; expected a finite number > 0"),
 ])
 def test_option_values_are_checked_by_their_own_classes(tmp_path, override, message):
     with pytest.raises(ExperimentError, match=message):
@@ -152,8 +152,8 @@ def test_engine_vllm_without_vllm_fails_before_ray_naming_both_installs_and_hf(
 
 
 @pytest.mark.parametrize("override,message", [
-    (["llm.lora={r: 8}", "llm.vllm_gpu_memory_utilization=1.5"], r"in \(0, 1\]"),
-    (["llm.lora={r: 8}", "llm.vllm_engine_kwargs=[1]"], "must be a dict"),
+    (["llm.lora={r: 8}", "llm.vllm_gpu_memory_utilization=1.5"], r"> 0 and <= 1"),
+    (["llm.lora={r: 8}", "llm.vllm_engine_kwargs=[1]"], "expected a mapping"),
 ])
 def test_vllm_settings_that_cannot_work_are_refused_before_ray(tmp_path, monkeypatch, override,
                                                                 message):
@@ -188,3 +188,58 @@ def test_a_model_too_large_for_the_requested_gpu_fails_before_ray_with_the_estim
     config = load_experiment(write(tmp_path, GOOD),
                              [f"llm.model={folder}", *gpu, "llm.lora={r: 16}"]).config
     assert config.lora == {"r": 16}
+
+
+def _ray_sessions() -> set[str]:
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.gettempdir()) / "ray"
+    return {p.name for p in root.glob("session_*")} if root.exists() else set()
+
+
+# Every bad value a user tried (issue 15), with the line they now get.
+BAD_VALUES = [
+    ("training.lr=-2e-4", "training.lr: -0.0002 is not accepted; expected a finite number > 0"),
+    ("training.lr=.nan", "training.lr: nan is not accepted; expected a finite number > 0"),
+    ("grid={training.lr: [-1.0]}", "grid.training.lr: -1.0 is not accepted"),
+    ("llm.temperature=.inf", "llm.temperature: inf is not accepted; expected a finite number > 0"),
+    ("training.num_branches=4.5", "training.num_branches: 4.5 is not accepted; expected an integer >= 2"),
+    ("training.num_branches='4'", "training.num_branches: '4' is not accepted"),
+    ("training.num_branches=four", "training.num_branches: 'four' is not accepted"),
+    ("llm.max_new_tokens='16'", "llm.max_new_tokens: '16' is not accepted; expected an integer >= 1"),
+    ("checkpoint_frequency=often", "checkpoint_frequency: 'often' is not accepted; expected an integer >= 0"),
+    ("stop=5", "stop: 5 is not accepted; expected a mapping"),
+    ("stop={training_iteration: soon}", "stop.training_iteration: 'soon' is not accepted"),
+    ("llm.lora={r: -16}", "llm.lora.r: -16 is not accepted; expected an integer >= 1"),
+    ("llm.model=smollm2-135m-instrukt", "did you mean 'smollm2-135m-instruct'"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_every_bad_value_is_refused_before_any_ray_process_starts(tmp_path, caplog, monkeypatch,
+                                                                  override, message):
+    import ray
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # an unknown hub name fails at once, offline
+    sessions = _ray_sessions()
+    assert main(["train", str(write(tmp_path, GOOD)), "--set", override,
+                 "--output", str(tmp_path / "runs")]) == 2
+    assert message in caplog.text, caplog.text[-500:]
+    assert not ray.is_initialized() and _ray_sessions() == sessions
+
+
+def test_yaml_scientific_notation_is_a_number(tmp_path):
+    config = load_experiment(write(tmp_path, GOOD), ["training.lr=1e-4"]).config
+    assert config.lr == 1e-4
+
+
+def test_a_relative_model_folder_is_made_absolute_on_the_driver(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "localmodel").mkdir()
+    text = GOOD.replace("model: tiny-random", "model: ./localmodel")
+    from pettingllms_rllib.experiment import _load_yaml, _make_paths_absolute
+
+    document = _load_yaml(textwrap.dedent(text))
+    _make_paths_absolute(document)
+    assert document["algorithm"]["llm"]["model"] == str(tmp_path / "localmodel")

@@ -259,8 +259,12 @@ class ATGRPOConfig(AlgorithmConfig):
 
     def validate_at_grpo(self) -> None:
         """The AT-GRPO checks alone; cheap, no Ray needed (the CLI runs them before ray.init)."""
+        from pettingllms_rllib.algorithms.config_fields import check_fields
         from pettingllms_rllib.envs.registry import make_text_env
 
+        problems = check_fields(self)  # types and ranges of every declared key
+        if problems:
+            self._value_error("; ".join(problems))
         if int(self.num_branches) < 2:
             self._value_error(f"num_branches (K) must be >= 2 for a group baseline, "
                               f"got {self.num_branches}")
@@ -434,3 +438,8 @@ class ATGRPOConfig(AlgorithmConfig):
             self._value_error(f"model path {name!r} does not exist; give a model folder, a "
                               f".gguf file, {loading.BUNDLED_MODEL_NAME!r} or "
                               f"{loading.TINY_RANDOM_NAME!r}")
+        elif not Path(name).expanduser().exists():
+            try:  # a hub id: cached, or askable now, else one clear line before any Ray work
+                loading.check_hub_model(name)
+            except loading.ModelNotFoundError as exc:
+                self._value_error(str(exc))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import hashlib
 import importlib.util
@@ -289,6 +290,36 @@ def resolve_model_path(name: str) -> str:
             f"config.json and weights, a .gguf file, {BUNDLED_MODEL_NAME!r} or "
             f"{TINY_RANDOM_NAME!r}")
     return name  # a hub id; needs network or a populated HF cache
+
+
+def check_hub_model(name: str, *, timeout_s: float = 5.0) -> None:
+    """Fail at once, with one clear line, when ``name`` (neither bundled nor a local path) is
+    not a model this machine can load: not in the HF cache, and the hub is offline
+    (``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``), unreachable, or has no such repository. A
+    cached model passes without network. Raises :class:`ModelNotFoundError`."""
+    import huggingface_hub
+
+    if not isinstance(name, str) or not name:
+        raise ModelNotFoundError(f"model name must be non-empty text, got {name!r}")
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+        return
+    close = difflib.get_close_matches(name, [BUNDLED_MODEL_NAME, TINY_RANDOM_NAME], n=1)
+    known = (f"the bundled {BUNDLED_MODEL_NAME!r}, {TINY_RANDOM_NAME!r}, a local folder or "
+             f".gguf file, or a hub id" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    offline = any(os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
+                  for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if offline:
+        raise ModelNotFoundError(f"model {name!r} is not in the local HF cache and the hub is "
+                                 f"offline (HF_HUB_OFFLINE); expected {known}")
+    try:
+        huggingface_hub.model_info(name, timeout=timeout_s)
+    except huggingface_hub.utils.RepositoryNotFoundError:
+        raise ModelNotFoundError(f"no model {name!r} on the hub and none in the local cache; "
+                                 f"expected {known}") from None
+    except Exception as exc:  # no network, DNS, a proxy: the hub cannot be asked
+        raise ModelNotFoundError(
+            f"model {name!r} is not in the local HF cache and the hub is unreachable "
+            f"({type(exc).__name__}: {str(exc)[:120]}); expected {known}") from None
 
 
 def _from_pretrained(loader, name: str, **kwargs):
