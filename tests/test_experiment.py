@@ -243,3 +243,18 @@ def test_a_relative_model_folder_is_made_absolute_on_the_driver(tmp_path, monkey
     document = _load_yaml(textwrap.dedent(text))
     _make_paths_absolute(document)
     assert document["algorithm"]["llm"]["model"] == str(tmp_path / "localmodel")
+
+
+def test_a_cpu_run_whose_learner_cannot_fit_this_machine_is_refused_with_the_estimate(tmp_path,
+                                                                                      monkeypatch):
+    from pettingllms_rllib.models import memory
+
+    folder = qwen3_config_folder(tmp_path, "qwen3-8b", **QWEN3_8B_SIZES)
+    monkeypatch.setattr(memory, "host_memory_bytes", lambda: 24 * memory.GIB)
+    with pytest.raises(ExperimentError, match=r"CPU learner .* needs an estimated \d+\.\d GiB "
+                                              r"of memory but the host has 24\.0 GiB"):
+        load_experiment(write(tmp_path, GOOD), [f"llm.model={folder}"])
+
+
+def test_the_default_minibatch_is_eight_samples(tmp_path):
+    assert load_experiment(write(tmp_path, GOOD)).config.minibatch_size == 8

@@ -158,8 +158,10 @@ class ATGRPOConfig(AlgorithmConfig):
         #: (``core/minibatching.py``, not RLlib's cyclic iterator).
         self.num_epochs = 1
         #: Samples (responses) per learner step and module; a minibatch is whole prompt groups.
-        #: None = a module's whole batch in one step.
-        self.minibatch_size = None
+        #: 8 by default, so a config that does not think about memory still fits a CPU
+        #: machine (a SmolLM2 learner took 9.5 GB with the whole batch in one step). None = a
+        #: module's whole batch in one step.
+        self.minibatch_size = 8
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
         self.num_env_runners = 0
@@ -372,6 +374,7 @@ class ATGRPOConfig(AlgorithmConfig):
         learner_gpus = float(self.num_gpus_per_learner or 0)
         runner_gpus = float(self.num_gpus_per_env_runner or 0)
         if learner_gpus <= 0 and runner_gpus <= 0:
+            self._check_host_memory(agents)
             return
         gpu_bytes = (int(float(self.gpu_memory_gib) * memory.GIB) if self.gpu_memory_gib
                      else memory.available_gpu_bytes())
@@ -400,6 +403,25 @@ class ATGRPOConfig(AlgorithmConfig):
             memory.check_fits(self.engine_memory_estimate(shape, num_modules),
                               int(gpu_bytes * min(1.0, runner_gpus) * share / num_served_models),
                               what=f"each {self.engine} engine of an env runner", hint=hint)
+
+    def _check_host_memory(self, agents) -> None:
+        """A CPU run: refuse, before any Ray work, a learner whose lower-bound estimate
+        (weights, gradients, optimizer states, one sequence's activations) exceeds this
+        machine's RAM."""
+        from pettingllms_rllib.models import memory
+
+        ram = memory.host_memory_bytes()
+        try:
+            shape = memory.model_shape(self.model_spec_dict)
+        except ValueError:
+            return
+        if ram is None or shape is None:
+            return
+        num_modules = len({self.policy_mapping_fn(agent, None) for agent in agents})
+        memory.check_fits(self.learner_memory_estimate(shape, num_modules), ram,
+                          what=f"a CPU learner of {self.llm_model!r}", device="host",
+                          hint="use LoRA (.llm(lora={...})), gradient_checkpointing or a "
+                               "smaller model")
 
     def _check_vllm_settings(self) -> None:
         """engine='vllm': the package is there, and its settings are in range."""

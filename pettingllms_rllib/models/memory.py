@@ -13,6 +13,8 @@ import functools
 from pathlib import Path
 from typing import Iterable
 
+import os
+
 import torch
 
 from pettingllms_rllib.models import loading
@@ -261,14 +263,25 @@ def engine_memory(shape: ModelShape, *, dtype: str, max_model_len: int, max_num_
     })
 
 
-def check_fits(estimate: MemoryEstimate, available_bytes: int, *, what: str, hint: str) -> None:
-    """Raise :class:`InsufficientGPUMemoryError` when ``estimate`` exceeds ``available_bytes``."""
+def check_fits(estimate: MemoryEstimate, available_bytes: int, *, what: str, hint: str,
+               device: str = "GPU") -> None:
+    """Raise :class:`InsufficientGPUMemoryError` when ``estimate`` exceeds ``available_bytes``
+    of ``device`` ("GPU", or "host" for a CPU run's RAM)."""
     if estimate.total_bytes <= available_bytes:
         return None
+    memory_word = "GPU memory" if device == "GPU" else "memory"
     raise InsufficientGPUMemoryError(
-        f"{what} needs an estimated {estimate.total_bytes / GIB:.1f} GiB of GPU memory but the "
-        f"GPU has {available_bytes / GIB:.1f} GiB ({estimate.describe()})"
+        f"{what} needs an estimated {estimate.total_bytes / GIB:.1f} GiB of {memory_word} but "
+        f"the {device} has {available_bytes / GIB:.1f} GiB ({estimate.describe()})"
         + (f"; {hint}" if hint else ""))
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's total RAM (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def available_gpu_bytes(device_index: int = 0) -> int | None:
