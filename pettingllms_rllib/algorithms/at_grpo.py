@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
@@ -50,10 +52,23 @@ AT_GRPO_RESULTS = "at_grpo"
 ITERATION_SECONDS = "iteration_s"
 #: ``at_grpo/time_s/<part>`` and ``at_grpo/time_share/<part>`` for each part of TIME_PARTS.
 TIME_SECONDS, TIME_SHARE = "time_s", "time_share"
+#: ``env_runners/num_runners_lost``: runners whose tasks this iteration could not sample.
+RUNNERS_LOST = "num_runners_lost"
+#: ``env_runners/num_tasks_dropped``: tasks whose env raised this iteration (dropped, logged).
+TASKS_DROPPED = "num_tasks_dropped"
 
 
 class WeightsLagError(RuntimeError):
     """A runner sampled with older weights than the learner last synced to it."""
+
+
+class EnvRunnerLostError(RuntimeError):
+    """Env runners failed while sampling and could not be restarted (or restarts are off)."""
+
+
+def _lost_runners(outputs: Sequence[dict[str, Any]], num_remote: int) -> list[int]:
+    """Indices (1-based, as RLlib numbers remote runners) of runners with no output."""
+    return sorted(set(range(1, num_remote + 1)) - {int(o["worker_index"]) for o in outputs})
 
 
 def _nan_like(values: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +170,8 @@ class ATGRPO(Algorithm):
         frozen = set(cfg.frozen_modules or [])
         trained = [r for r, keep in zip(records, result.keep)
                    if keep and r.module_id not in frozen]
-        self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs))
+        self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs),
+                                  sum(int(o.get("tasks_dropped", 0)) for o in outputs))
         by_module: dict[str, list[float]] = defaultdict(list)
         for record in trained:
             by_module[record.module_id].append(record.advantage)
@@ -297,10 +313,94 @@ class ATGRPO(Algorithm):
         remote = group.num_remote_env_runners()
         counts = split_tasks(int(self.config.num_tasks_per_iteration), remote)
         if remote == 0:
+            self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST), 0, window=1)
             return [group.local_env_runner.sample(num_tasks=counts[0])]
-        return group.foreach_env_runner(
-            lambda runner: runner.sample(num_tasks=counts[(runner.worker_index or 1) - 1]),
-            local_env_runner=False)
+
+        def sample(runner):
+            return runner.sample(num_tasks=counts[(runner.worker_index or 1) - 1])
+
+        try:
+            outputs = list(group.foreach_env_runner(sample, local_env_runner=False))
+        except RayError as exc:  # restarts off: RLlib re-raises the runner's death
+            raise EnvRunnerLostError(
+                f"an env runner failed while sampling and restart_failed_env_runners is off "
+                f"(turn it on with .fault_tolerance(restart_failed_env_runners=True)): "
+                f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+        lost = _lost_runners(outputs, remote)
+        if lost:
+            outputs += self._resample_lost(lost, sample)
+        outputs = self._resample_restarted(outputs, sample)
+        if not outputs:
+            raise EnvRunnerLostError(f"every env runner ({list(range(1, remote + 1))}) failed "
+                                     "while sampling; their logs hold the error")
+        # Every iteration, 0 included: a fixed set of result keys (see trial_results).
+        self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST),
+                               len(_lost_runners(outputs, remote)), window=1)
+        return outputs
+
+    @override(Algorithm)
+    def restore_env_runners(self, env_runner_group) -> list[int]:
+        """Take back runners that Ray restarted, and give them the learner's current weights
+        (with their version) before they sample. RLlib's own version copies the state of the
+        driver's local runner, which holds no module when the runners are remote."""
+        restored = env_runner_group.probe_unhealthy_env_runners() if self.config.is_online \
+            else []
+        if not restored:
+            return []
+        self._counters["total_num_restored_workers"] += len(restored)
+        env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                      to_worker_indices=restored, inference_only=True)
+        logger.info("env runners %s restarted and given the current weights", restored)
+        return restored
+
+    def _resample_restarted(self, outputs: list[dict[str, Any]], sample) -> list[dict[str, Any]]:
+        """A runner that Ray restarted between two calls answers with its initial weights
+        (version 0) before RLlib ever saw it fail: its tasks are sampled again once it holds
+        the current weights. Restarts off: the weights check raises as for any lag."""
+        expected = self._synced_weights_version
+        stale = sorted(int(o["worker_index"]) for o in outputs
+                       if expected is not None and o["weights_version"] < expected)
+        if not stale or not self.config.restart_failed_env_runners:
+            return outputs
+        logger.warning("env runners %s answered with initial weights (restarted by Ray); "
+                       "syncing the current weights and sampling their tasks again", stale)
+        group = self.env_runner_group
+        group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                           to_worker_indices=stale, inference_only=True)
+        again = list(group.foreach_env_runner(sample, local_env_runner=False,
+                                              remote_worker_ids=stale))
+        return [o for o in outputs if int(o["worker_index"]) not in stale] + again
+
+    def _resample_lost(self, lost: list[int], sample) -> list[dict[str, Any]]:
+        """The runners in ``lost`` failed mid-sample (a crash, a kill, an OOM). With
+        ``restart_failed_env_runners`` RLlib restarts them; they get the learner's current
+        weights before they sample their share again. Without it, or if they fail again, the
+        error names them (instead of an empty result further down)."""
+        group = self.env_runner_group
+        if not self.config.restart_failed_env_runners:
+            raise EnvRunnerLostError(
+                f"env runners {lost} failed while sampling and restart_failed_env_runners is "
+                f"off (turn it on with .fault_tolerance(restart_failed_env_runners=True)); "
+                f"their logs hold the error")
+        # Ray restarts the actor on its own; RLlib takes it back once it answers a probe. A
+        # restarting runner loads its model first, so keep probing for a while.
+        deadline = time.monotonic() + float(self.config.env_runner_restore_timeout_s)
+        restored: list[int] = []
+        while True:
+            restored += self.restore_env_runners(group)
+            if set(lost) <= set(restored) or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        again = [index for index in lost if index in restored]
+        logger.warning("env runners %s failed while sampling; restarted %s and sampling their "
+                       "tasks again", lost, again)
+        outputs = list(group.foreach_env_runner(sample, local_env_runner=False,
+                                                remote_worker_ids=again)) if again else []
+        still = sorted(set(lost) - {o["worker_index"] for o in outputs})
+        if still:
+            logger.warning("env runners %s are still down: this iteration trains without "
+                           "their tasks", still)
+        return outputs
 
     def _check_weights_versions(self, outputs: Sequence[dict[str, Any]]) -> None:
         expected = self._synced_weights_version
@@ -323,7 +423,8 @@ class ATGRPO(Algorithm):
         return self._pad_id
 
     def _log_rollout_metrics(self, records: Sequence[SampleRecord],
-                             episodes: Sequence[EpisodeSummary], env_steps: int) -> None:
+                             episodes: Sequence[EpisodeSummary], env_steps: int,
+                             tasks_dropped: int = 0) -> None:
         log = self.metrics.log_value
         key = ENV_RUNNER_RESULTS
         log((key, NUM_ENV_STEPS_SAMPLED), env_steps, reduce="sum", clear_on_reduce=True)
@@ -336,6 +437,7 @@ class ATGRPO(Algorithm):
         log((key, "episode_return_mean"),
             float(np.mean([sum(e.agent_return.values()) for e in episodes])), window=1)
         log((key, "num_samples"), len(records), window=1)
+        log((key, TASKS_DROPPED), tasks_dropped, window=1)
         generated = sum(r.num_response_tokens for r in records)
         log((key, "num_generated_tokens"), generated, reduce="sum", clear_on_reduce=True)
         # The training budget, for matching arms by generated tokens (a Tune stop criterion).

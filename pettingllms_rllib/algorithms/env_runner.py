@@ -234,6 +234,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return {"records": result.records, "episodes": result.episodes,
                 "weights_version": self.served_weights_version,
                 "worker_index": self.worker_index or 0, "env_steps": steps,
+                "tasks_dropped": len(result.dropped_tasks),
                 "generate_s": generate.seconds, "sample_s": time.perf_counter() - start}
 
     @override(EnvRunner)

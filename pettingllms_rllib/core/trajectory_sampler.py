@@ -74,4 +74,8 @@ def regroup_by_task(result: TreeSampleResult, task_of_copy: Mapping[str, str]) -
             branch=index_of_copy[copy], reward=trajectory_return))
     episodes = [dataclasses.replace(episode, task=task_of_copy[episode.task])
                 for episode in result.episodes]
-    return TreeSampleResult(records=records, episodes=episodes)
+    dropped = sorted({task_of_copy[copy] for copy in result.dropped_tasks})
+    if dropped:  # a task with a failed copy loses its whole group: GRPO needs all K
+        records = [r for r in records if r.group_key.task not in dropped]
+        episodes = [e for e in episodes if e.task not in dropped]
+    return TreeSampleResult(records=records, episodes=episodes, dropped_tasks=dropped)

@@ -20,6 +20,7 @@ over every live task's prompts: that is where generation throughput comes from o
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import defaultdict
 from typing import Callable, Mapping, Sequence
 
@@ -31,6 +32,8 @@ from pettingllms_rllib.envs.base import TextParallelEnv
 
 #: ``generate(module_id, prompts, num_samples) -> [[Completion] * num_samples] * len(prompts)``
 GenerateFn = Callable[[str, Sequence[str], int], list[list[Completion]]]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -53,6 +56,8 @@ class EpisodeSummary:
 class TreeSampleResult:
     records: list[SampleRecord]
     episodes: list[EpisodeSummary]
+    #: Tasks whose env raised (an env or sandbox bug): dropped with all their records.
+    dropped_tasks: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -99,16 +104,26 @@ class TreeSampler:
             live.append(_Live(task, state, state.current_observations(), EpisodeSummary(task=task)))
         records: list[SampleRecord] = []
         summaries = [item.summary for item in live]
+        dropped: list[str] = []
         for _ in range(self.max_stages):
             if not live:
                 break
             candidates = self._generate_candidates(live)
             for item in live:
-                self._expand(item, candidates[item.task], records, weights_version)
-            live = [item for item in live if item.env.agents]
+                try:
+                    self._expand(item, candidates[item.task], records, weights_version)
+                except Exception as exc:  # one task's env bug must not end the iteration
+                    logger.warning("task %s: its env raised %s: %s; the task is dropped from "
+                                   "this iteration", item.task, type(exc).__name__, exc,
+                                   exc_info=True)
+                    dropped.append(item.task)
+            live = [item for item in live if item.task not in dropped and item.env.agents]
         else:
             raise RuntimeError(f"episodes still running after {self.max_stages} stages")
-        return TreeSampleResult(records=records, episodes=summaries)
+        if dropped:
+            records = [r for r in records if r.group_key.task not in dropped]
+            summaries = [s for s in summaries if s.task not in dropped]
+        return TreeSampleResult(records=records, episodes=summaries, dropped_tasks=dropped)
 
     # ------------------------------------------------------------------ internals
     def _generate_candidates(

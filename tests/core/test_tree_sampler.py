@@ -140,3 +140,25 @@ def test_engine_returning_wrong_sample_count_fails_loudly():
     engine = ScriptedEngine({"adder": ["1"], "checker": ["1"]})
     with pytest.raises(RuntimeError, match="expected K=2"):
         TreeSampler(engine, lambda a: "m", num_branches=2).run(_roots(1, target=100))
+
+
+class _RaisingCounterEnv(ToyCounterEnv):
+    """Raises inside ``step`` on its second turn (an env or sandbox bug in one task)."""
+
+    def _apply_stage(self, stage, parsed, raw):
+        if self.turn >= 1:
+            raise RuntimeError("sandbox exploded")
+        return super()._apply_stage(stage, parsed, raw)
+
+
+def test_a_task_whose_env_raises_is_dropped_and_the_others_go_on():
+    engine = ScriptedEngine({"adder": ["0", "1"], "checker": ["0", "1"]})
+    roots = _roots(2, max_turns=3, target=100)
+    broken = _RaisingCounterEnv(max_turns=3, target=100)
+    broken.reset(seed=7)
+    roots["broken"] = broken
+    result = TreeSampler(engine, lambda a: "m", num_branches=2).run(roots)
+    assert result.dropped_tasks == ["broken"]
+    assert {r.group_key.task for r in result.records} == {"task0", "task1"}
+    assert sorted(e.task for e in result.episodes) == ["task0", "task1"]
+    assert all(e.num_turns == 3 for e in result.episodes)  # the others played to the end

@@ -90,3 +90,61 @@ def test_kill_9_mid_run_then_resume_continues_and_every_file_stays_readable(tmp_
     curve = json.loads((output / "faults" / "learning_curve.json").read_text())
     assert [trial["training_iteration"] for trial in curve.values()] == [
         list(range(1, ITERATIONS + 1))]
+
+
+REMOTE_RUNNER = CONFIG.replace("name: faults", "name: runner_faults").replace(
+    "  evaluation: {evaluation_interval: 3, evaluation_duration: 2}\n",
+    "  env_runners: {num_env_runners: 1}\n"
+    "  fault_tolerance: {restart_failed_env_runners: RESTARTS}\n")
+
+
+def _runner_pids() -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "ray::LLMEnvRunner"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def _train_killing_the_runner(tmp_path, restarts: bool):
+    config = tmp_path / "runner.yaml"
+    config.write_text(textwrap.dedent(REMOTE_RUNNER.replace("RESTARTS", str(restarts).lower())))
+    output = tmp_path / "runs"
+    run = subprocess.Popen([*CLI, "train", str(config), "--output", str(output), "--num-cpus", "3"],
+                           cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(
+                len(p.read_text().splitlines()) >= 2
+                for p in output.glob("runner_faults/*/result.json")):
+            time.sleep(0.3)
+        pids = _runner_pids()
+        assert pids, "no env runner process found"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        log, _ = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    return run.returncode, log, output
+
+
+def test_a_killed_env_runner_is_restarted_with_current_weights_and_the_run_finishes(tmp_path):
+    code, log, output = _train_killing_the_runner(tmp_path, restarts=True)
+    assert code == 0, log[-3000:]
+    trial_dir = next(output.glob("runner_faults/*/"))
+    assert _iterations(trial_dir) == list(range(1, ITERATIONS + 1))
+    # The kill is seen either as a failed call or as a restarted runner answering with its
+    # initial weights; both are logged and resampled.
+    assert "failed while sampling; restarted [1]" in log or "answered with initial weights" in log
+    rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    # Every iteration sampled with the weights the learner had synced (else WeightsLagError)
+    # and no task was dropped.
+    assert all(row["env_runners"]["num_runners_lost"] == 0 for row in rows)
+    # The restarted runner sampled with the learner's current weights: one version per update.
+    versions = [int(row["env_runners"]["weights_version_min"]) for row in rows]
+    assert versions == list(range(versions[0], versions[0] + ITERATIONS)), versions
+
+
+def test_with_restarts_off_the_error_names_the_dead_runner(tmp_path):
+    code, log, _ = _train_killing_the_runner(tmp_path, restarts=False)
+    assert code == 1
+    assert "failed while sampling and restart_failed_env_runners is off" in log
