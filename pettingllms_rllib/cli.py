@@ -79,7 +79,11 @@ def _train(args: argparse.Namespace) -> int:
                     checkpoint_at_end=True, num_to_keep=2)))
     results = tuner.fit()
     for trial_dir in sorted(p.parent for p in experiment_dir.glob("*/result.json")):
-        tidy_trial(trial_dir)  # a resumed trial: each iteration once, one CSV column set
+        try:
+            tidy_trial(trial_dir)  # a resumed trial: each iteration once, one CSV column set
+        except OSError as exc:  # a full disk: the old files stay as they were
+            logger.warning("could not rewrite the result files of %s (%s); they are left as "
+                           "Tune wrote them", trial_dir.name, exc)
     plot_path = plot_experiment(experiment_dir, experiment_dir / "learning_curve.png")
     logger.info("learning curve: %s", plot_path)
     errors = [r.error for r in results if r.error]

@@ -48,3 +48,24 @@ def test_a_trial_without_results_is_left_alone(tmp_path):
     (tmp_path / "progress.csv").write_text("keep me")
     assert tidy_trial(tmp_path) == 0
     assert (tmp_path / "progress.csv").read_text() == "keep me"
+
+
+def test_a_full_disk_leaves_both_files_as_they_were(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    _write(tmp_path, [{"training_iteration": 1}, {"training_iteration": 1}])
+    (tmp_path / "progress.csv").write_text("training_iteration\n1\n1\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    try:
+        tidy_trial(tmp_path)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    else:
+        raise AssertionError("a full disk must be reported")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temp file left
