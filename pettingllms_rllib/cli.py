@@ -84,8 +84,11 @@ def _train(args: argparse.Namespace) -> int:
         except OSError as exc:  # a full disk: the old files stay as they were
             logger.warning("could not rewrite the result files of %s (%s); they are left as "
                            "Tune wrote them", trial_dir.name, exc)
-    plot_path = plot_experiment(experiment_dir, experiment_dir / "learning_curve.png")
-    logger.info("learning curve: %s", plot_path)
+    try:
+        plot_path = plot_experiment(experiment_dir, experiment_dir / "learning_curve.png")
+        logger.info("learning curve: %s", plot_path)
+    except (OSError, FileNotFoundError) as exc:  # a full disk, or no trial wrote a row
+        logger.error("no learning curve: %s", exc)
     errors = [r.error for r in results if r.error]
     for error in errors:
         logger.error("trial failed: %s", error)

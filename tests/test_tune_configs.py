@@ -25,8 +25,11 @@ LOCAL_ROWS = {
 
 @pytest.fixture(autouse=True)
 def vllm_counts_as_installed(monkeypatch):
-    """The GPU configs ask for engine: vllm; validating them must not need vLLM installed."""
+    """The GPU configs ask for engine: vllm and name hub models (Qwen/Qwen3-...): validating
+    them must need neither vLLM nor the model in this machine's HF cache."""
     monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.vllm_installed", lambda: True)
+    monkeypatch.setattr("pettingllms_rllib.models.loading.check_hub_model",
+                        lambda name, **kwargs: None)
 
 
 def overrides_for(path: Path, tmp_path: Path) -> list[str]:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pettingllms_rllib.trial_results import read_results
+
 pytest.importorskip("ray")
 
 pytestmark = pytest.mark.integration
@@ -148,3 +150,25 @@ def test_with_restarts_off_the_error_names_the_dead_runner(tmp_path):
     code, log, _ = _train_killing_the_runner(tmp_path, restarts=False)
     assert code == 1
     assert "failed while sampling and restart_failed_env_runners is off" in log
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a small tmpfs for the output needs root")
+def test_a_full_checkpoint_disk_ends_the_run_with_the_reason_and_readable_results(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=900k", "tmpfs", str(small)], check=True)
+    try:
+        config = tmp_path / "faults.yaml"
+        config.write_text(textwrap.dedent(CONFIG.replace(
+            f"training_iteration: {ITERATIONS}", "training_iteration: 40")))
+        run = subprocess.run([*CLI, "train", str(config), "--output", str(small / "runs"),
+                              "--num-cpus", "2"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=600)
+        log = run.stdout + run.stderr
+        assert run.returncode == 1, log[-3000:]
+        assert "No space left on device" in log
+        trial_dir = next((small / "runs" / "faults").glob("*/"))
+        rows = read_results(trial_dir)  # what was written before the disk filled still reads
+        assert rows and [r["training_iteration"] for r in rows] == list(range(1, len(rows) + 1))
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
