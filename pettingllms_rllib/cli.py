@@ -21,15 +21,6 @@ from pathlib import Path
 
 logger = logging.getLogger("pettingllms_rllib")
 
-PROGRESS_COLUMNS = {
-    "training_iteration": "iter",
-    "env_runners/success_rate": "success",
-    "env_runners/episode_return_mean": "return",
-    "at_grpo/zero_variance_group_fraction": "zero_var",
-    "time_this_iter_s": "iter_s",
-    "at_grpo/time_share/generate": "gen_share",
-    "at_grpo/time_share/learner": "learn_share",
-}
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -51,6 +42,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from pettingllms_rllib.algorithms import ATGRPO
     from pettingllms_rllib.plotting import plot_experiment
+    from pettingllms_rllib.progress import ProgressLine
     from pettingllms_rllib.trial_results import tidy_trial
 
     # Workers must import the same user env modules (`imports:`) as this driver.
@@ -60,9 +52,10 @@ def _train(args: argparse.Namespace) -> int:
         ray.init(address=args.address, runtime_env=runtime_env)
     else:
         ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=True,
-                 runtime_env=runtime_env)
+                 runtime_env=runtime_env, logging_level=logging.WARNING)
     experiment_dir = output / experiment.name
-    reporter = tune.CLIReporter(metric_columns=PROGRESS_COLUMNS, max_report_frequency=10)
+    stop_iteration = experiment.stop.get("training_iteration")
+    progress = ProgressLine(stop_iteration if isinstance(stop_iteration, int) else None)
     if args.resume and experiment_dir.exists():
         logger.info("resuming %s from its last checkpoints", experiment_dir)
         tuner = tune.Tuner.restore(str(experiment_dir), trainable=ATGRPO, resume_errored=True)
@@ -73,7 +66,9 @@ def _train(args: argparse.Namespace) -> int:
                                         max_concurrent_trials=experiment.max_concurrent_trials),
             run_config=tune.RunConfig(
                 name=experiment.name, storage_path=str(output), stop=experiment.stop,
-                progress_reporter=reporter, verbose=1,
+                # Tune's own tables off (Ray 2.60 ignores a ProgressReporter, and its table
+                # shows no success rate); ProgressLine logs one line per iteration instead.
+                callbacks=[progress], verbose=2 if args.verbose else 0,
                 checkpoint_config=tune.CheckpointConfig(
                     checkpoint_frequency=experiment.checkpoint_frequency,
                     checkpoint_at_end=True, num_to_keep=2)))
@@ -91,9 +86,29 @@ def _train(args: argparse.Namespace) -> int:
         logger.error("no learning curve: %s", exc)
     errors = [r.error for r in results if r.error]
     for error in errors:
-        logger.error("trial failed: %s", error)
+        logger.error("trial failed: %s", _first_line(error))
+    _summarise(results, experiment_dir)
     ray.shutdown()
     return 1 if errors else 0
+
+
+def _first_line(error: BaseException) -> str:
+    """A trial's error in one line: its last exception line (the full traceback is in the
+    trial's error.txt)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(error).__name__
+
+
+def _summarise(results, experiment_dir: Path) -> None:
+    """Where everything is, and the headline numbers of each trial's last iteration."""
+    from pettingllms_rllib.progress import progress_line
+
+    logger.info("results: %s (tensorboard --logdir %s)", experiment_dir, experiment_dir)
+    for result in results:
+        checkpoint = result.checkpoint.path if result.checkpoint else "none"
+        logger.info("%s: last checkpoint %s", Path(result.path).name, checkpoint)
+        if result.metrics:
+            logger.info("%s: final %s", Path(result.path).name, progress_line(result.metrics))
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -229,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray")
     train.add_argument("--resume", action="store_true",
                        help="continue an interrupted experiment from its last checkpoints")
+    train.add_argument("--verbose", action="store_true",
+                       help="also show Ray Tune's own status tables and trial configs")
     train.set_defaults(func=_train)
     plot = sub.add_parser("plot", help="draw learning curves (mean and min-max over seeds)")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
@@ -282,7 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from pettingllms_rllib.quiet import silence_known_noise
+
+    # Third parties at WARNING, this library at INFO; known noise dropped (quiet.py).
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    for name in ("pettingllms_rllib", "pettingllms_envs"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger("ray").setLevel(logging.WARNING)  # Ray sets up its own INFO handler
+    silence_known_noise()
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

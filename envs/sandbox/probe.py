@@ -139,7 +139,7 @@ def sandbox_capabilities(python: str | None = None) -> SandboxCapabilities:
         if (exe, choice) not in _CAPS_CACHE:
             caps = _probe_choice(exe, choice)
             _CAPS_CACHE[(exe, choice)] = caps
-            logger.info("sandbox capabilities: %s", caps)
+            logger.debug("sandbox capabilities: %s", caps)
             if caps.launcher_name != "bubblewrap":
                 logger.warning("sandbox: bubblewrap is not in use (%s); weaker guarantees: %s",
                                "; ".join(caps.notes) or "not chosen", "; ".join(caps.guarantees))

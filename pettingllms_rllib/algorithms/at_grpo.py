@@ -119,6 +119,9 @@ class ATGRPO(Algorithm):
     def setup(self, config) -> None:
         import torch
 
+        from pettingllms_rllib.quiet import silence_known_noise
+
+        silence_known_noise()
         # Ray starts workers with one intra-op thread; a trial's driver-local runner and
         # learner should use the CPUs the trial reserved for its main process.
         torch.set_num_threads(max(1, int(config.num_cpus_for_main_process or 1)))
@@ -427,9 +430,9 @@ class ATGRPO(Algorithm):
                              tasks_dropped: int = 0) -> None:
         log = self.metrics.log_value
         key = ENV_RUNNER_RESULTS
-        log((key, NUM_ENV_STEPS_SAMPLED), env_steps, reduce="sum", clear_on_reduce=True)
+        log((key, NUM_ENV_STEPS_SAMPLED), env_steps, reduce="sum")
         log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="lifetime_sum")
-        log((key, NUM_EPISODES), len(episodes), reduce="sum", clear_on_reduce=True)
+        log((key, NUM_EPISODES), len(episodes), reduce="sum")
         log((key, NUM_EPISODES_LIFETIME), len(episodes), reduce="lifetime_sum")
         log((key, "success_rate"), float(np.mean([e.success for e in episodes])), window=1)
         log((key, "episode_turns_mean"), float(np.mean([e.num_turns for e in episodes])),
@@ -439,7 +442,7 @@ class ATGRPO(Algorithm):
         log((key, "num_samples"), len(records), window=1)
         log((key, TASKS_DROPPED), tasks_dropped, window=1)
         generated = sum(r.num_response_tokens for r in records)
-        log((key, "num_generated_tokens"), generated, reduce="sum", clear_on_reduce=True)
+        log((key, "num_generated_tokens"), generated, reduce="sum")
         # The training budget, for matching arms by generated tokens (a Tune stop criterion).
         log((key, "num_generated_tokens_lifetime"), generated, reduce="lifetime_sum")
         by_agent: dict[str, list[SampleRecord]] = defaultdict(list)

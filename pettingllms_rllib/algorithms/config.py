@@ -61,6 +61,9 @@ class ATGRPOConfig(AlgorithmConfig):
     def __init__(self, algo_class=None):
         from pettingllms_rllib.algorithms.at_grpo import ATGRPO
         from pettingllms_rllib.algorithms.env_runner import LLMEnvRunner
+        from pettingllms_rllib.quiet import silence_known_noise
+
+        silence_known_noise()  # before RLlib validates: its "new API stack" warning (quiet.py)
 
         super().__init__(algo_class=algo_class or ATGRPO)
         # --- .llm(): model and sampling
@@ -153,6 +156,10 @@ class ATGRPOConfig(AlgorithmConfig):
 
         # --- RLlib defaults we change
         self.env_runner_cls = LLMEnvRunner
+        #: No ``perf/*`` CPU/RAM columns: they come and go between iterations (an unstable
+        #: column set breaks Tune's progress.csv on resume) and pull in a GPU monitor that
+        #: prints "Install gputil" on every trial.
+        self.log_sys_usage = False
         self.lr = 1e-5
         #: Passes over each module's rows per update; every row is used exactly this often
         #: (``core/minibatching.py``, not RLlib's cyclic iterator).

@@ -51,6 +51,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     """Samples AT-GRPO trees with the LLM modules of a MultiRLModule."""
 
     def __init__(self, *, config, **kwargs):
+        from pettingllms_rllib.quiet import silence_known_noise
+
+        silence_known_noise()
         super().__init__(config=config, **kwargs)
         self.spaces = kwargs.get("spaces") or {}
         self.env = None

@@ -35,8 +35,8 @@ TOKEN_ENTROPY = "token_entropy"
 def _maybe_checkpoint_activations(causal_lm, config: dict, inference_only: bool) -> None:
     """Enable decoder gradient checkpointing on learner copies when the config asks for it."""
     if config.get("gradient_checkpointing") and not inference_only:
-        causal_lm.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+        causal_lm.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _to_torch_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -43,3 +43,33 @@ def test_train_runs_a_mapping_grid_and_writes_the_learning_curve(tmp_path):
     modules = sorted(p.name for p in experiment.glob("*/checkpoint_*/learner_group/learner/rl_module/*")
                      if p.is_dir())
     assert {"shared", "tool", "planner"} <= set(modules)
+
+
+TWO_ITERATIONS = GRID.replace("name: grid", "name: terminal").replace(
+    "grid:\n  mapping: [shared, per_role]\n", "").replace(
+    "stop: {training_iteration: 1}", "stop: {training_iteration: 2}")
+
+
+def test_the_terminal_shows_one_line_per_iteration_no_warnings_and_where_things_are(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "terminal.yaml"
+    config.write_text(textwrap.dedent(TWO_ITERATIONS))
+    run = subprocess.run([sys.executable, "-m", "pettingllms_rllib.cli", "train", str(config),
+                          "--output", str(tmp_path / "runs"), "--num-cpus", "2"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    shown = run.stdout + run.stderr
+    assert run.returncode == 0, shown[-3000:]
+    lines = [line for line in shown.splitlines() if "pettingllms_rllib: iter " in line]
+    assert [line.split("pettingllms_rllib: ")[1].split(" |")[0] for line in lines] == [
+        "iter 1/2", "iter 2/2"]
+    for field in ("tokens ", "success ", "return planner ", "parse errors planner ",
+                  "zero-var ", " s (generate "):
+        assert all(field in line for line in lines), (field, lines)
+    for noise in ("DeprecationWarning", "FutureWarning", "_disable_action_flattening",
+                  "new API stack", "Install gputil"):
+        assert noise not in shown, noise
+    assert f"learning curve: {tmp_path / 'runs' / 'terminal' / 'learning_curve.png'}" in shown
+    assert "last checkpoint " in shown and "final iter 2" in shown
+    assert len(shown.splitlines()) < 40  # not hundreds

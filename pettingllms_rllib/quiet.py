@@ -1,0 +1,46 @@
+"""Known third-party noise, silenced where it is made (each process calls
+:func:`silence_known_noise` once: the CLI, every trial and every env runner).
+
+Only messages that say nothing to a user of this library are dropped, each named here:
+
+* RLlib's "You are running ATGRPO on the new API stack!": ATGRPO only exists on that stack;
+* RLlib's ``RLModule(config=[RLModuleConfig object])`` deprecation: RLlib's own ``RLModule``
+  constructor builds that object for every module (ours are built the new way);
+* transformers' ``is_gradient_checkpointing`` FutureWarning: peft reads the old property when
+  it wraps a model (``peft_model.py``), not our code.
+
+Our own deprecated calls are fixed at the source instead (RLlib's metrics API without
+``clear_on_reduce``; transformers' ``activation_checkpointing_enable``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+__all__ = ["silence_known_noise"]
+
+#: (logger name, text that marks the message) pairs dropped by :func:`silence_known_noise`.
+DROPPED_LOG_MESSAGES = (
+    ("ray.rllib.algorithms.algorithm_config", "on the new API stack!"),
+    ("ray._common.deprecation", "RLModule(config=[RLModuleConfig"),
+)
+
+
+class _DropContaining(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+def silence_known_noise() -> None:
+    """Install the filters (idempotent)."""
+    for name, text in DROPPED_LOG_MESSAGES:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _DropContaining) and f.text == text for f in target.filters):
+            target.addFilter(_DropContaining(text))
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated",
+                            category=FutureWarning)
