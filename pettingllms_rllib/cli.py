@@ -181,6 +181,8 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         env_config = json.loads(args.env_config) if args.env_config else None
         if args.checkpoint:
+            args.checkpoint = str(ev.resolve_checkpoint(args.checkpoint))
+            logger.info("evaluating %s", args.checkpoint)
             stored = ev.read_checkpoint_config(args.checkpoint)
             env_id = args.env or stored["env"]
             env_config = stored["env_config"] if env_config is None else env_config

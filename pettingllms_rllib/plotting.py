@@ -419,7 +419,9 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     names = ", ".join(dict.fromkeys(d.name for d in run_dirs))
     if len(names) > 90:
         names = f"{len(arms)} arms"
-    fig.suptitle(f"AT-GRPO: {names}  (mean over seeds, band = {BAND})")
+    seeds = max((len(members) for members in arms.values()), default=1)
+    fig.suptitle(f"AT-GRPO: {names}  (mean over seeds, band = {BAND})" if seeds > 1 else
+                 f"AT-GRPO: {names}  (one trial per arm: no band)")
     fig.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=110)

@@ -158,6 +158,27 @@ def base_policies(model: str | Mapping[str, Any], agents, *,
                     model=spec.name_or_path)
 
 
+def resolve_checkpoint(path: str | Path) -> Path:
+    """``path`` itself when it is an algorithm checkpoint; for a trial folder its newest
+    ``checkpoint_*`` (Tune numbers them by save, the highest is the latest); for an
+    experiment folder with one trial, that trial's newest. Raises ``FileNotFoundError``
+    naming what was found."""
+    path = Path(path)
+    if (path / "class_and_ctor_args.pkl").is_file():
+        return path
+    trials = [path] if list(path.glob("checkpoint_*")) else sorted(
+        p for p in path.iterdir() if p.is_dir() and list(p.glob("checkpoint_*"))) \
+        if path.is_dir() else []
+    if len(trials) > 1:
+        raise FileNotFoundError(f"{path} holds {len(trials)} trials; pass one of them: "
+                                + ", ".join(t.name for t in trials))
+    if not trials:
+        raise FileNotFoundError(f"no checkpoint under {path}: pass a checkpoint_* folder, a "
+                                f"trial folder or an experiment folder with one trial")
+    checkpoints = sorted(trials[0].glob("checkpoint_*"), key=lambda p: p.name)
+    return checkpoints[-1]
+
+
 def read_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
     """The AT-GRPO config dict stored in an algorithm checkpoint (no Ray cluster needed)."""
     path = Path(checkpoint) / "class_and_ctor_args.pkl"
@@ -286,7 +307,9 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         "task": settings.env, "env_config": dict(settings.env_config),
         "checkpoint": policies.source, "model": policies.model,
         "mapping": dict(policies.mapping),
-        "decoding": settings.decoding, "temperature": settings.temperature,
+        "decoding": settings.decoding,
+        # greedy decoding uses no temperature: record what was used, not the flag's default
+        "temperature": settings.temperature if settings.decoding == "sample" else None,
         "search": settings.search,
         "num_branches": settings.num_branches if settings.search else 1,
         "eval_seeds": settings.eval_seeds, "num_tasks": settings.num_tasks,
