@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-__all__ = ["silence_known_noise"]
+__all__ = ["show_library_info", "silence_known_noise"]
 
 #: (logger name, text that marks the message) pairs dropped by :func:`silence_known_noise`.
 DROPPED_LOG_MESSAGES = (
@@ -44,3 +44,17 @@ def silence_known_noise() -> None:
             target.addFilter(_DropContaining(text))
     warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated",
                             category=FutureWarning)
+
+
+def show_library_info() -> None:
+    """In a Ray worker (a trial, an env runner), let this library's INFO lines through: Ray
+    forwards the worker's stderr to the driver's terminal, but a worker's root logger stops at
+    WARNING. Idempotent; a process that configured logging itself is left alone."""
+    library = logging.getLogger("pettingllms_rllib")
+    if library.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    library.addHandler(handler)
+    library.setLevel(logging.INFO)
+    library.propagate = False

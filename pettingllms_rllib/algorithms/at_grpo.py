@@ -119,9 +119,10 @@ class ATGRPO(Algorithm):
     def setup(self, config) -> None:
         import torch
 
-        from pettingllms_rllib.quiet import silence_known_noise
+        from pettingllms_rllib.quiet import show_library_info, silence_known_noise
 
         silence_known_noise()
+        show_library_info()
         # Ray starts workers with one intra-op thread; a trial's driver-local runner and
         # learner should use the CPUs the trial reserved for its main process.
         torch.set_num_threads(max(1, int(config.num_cpus_for_main_process or 1)))
@@ -131,6 +132,8 @@ class ATGRPO(Algorithm):
         #: ``evaluation_interval`` is set: the baseline of every later evaluation.
         self._untrained_evaluation: dict[str, Any] | None = None
         if self.config.evaluation_interval:
+            logger.info("held-out evaluation of the untrained team: %d tasks, greedy",
+                        int(self.config.evaluation_duration))
             self._untrained_evaluation = self._held_out_evaluation()
             logger.info("held-out success of the untrained team: %.3f",
                         self._untrained_evaluation["success_rate"])
