@@ -113,8 +113,12 @@ def _mean_std_cell(values: Sequence[Any], total: int, digits: int = 3) -> str:
 
 
 def _seed_name(record: Mapping[str, Any]) -> str:
+    """The training seed, or ``untrained`` for a base model and ``seed ?`` for a checkpoint
+    evaluated without ``--train-seed`` ("none" read as if the seed were None)."""
     seed = record.get("seed")
-    return "none" if seed is None else str(seed)
+    if seed is not None:
+        return str(seed)
+    return "untrained" if record.get("training_budget") is None else "seed ?"
 
 
 def _budget_cell(values: Sequence[Any], *, thousands: bool = False) -> str:

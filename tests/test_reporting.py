@@ -87,7 +87,7 @@ def test_untrained_baseline_has_dashes_and_no_std(evals):
     base = by_arm(arm_table(load_eval_records([evals])))["base"]
     assert base["n seeds"] == "1"
     assert base["success (mean ± std)"] == "0.125"
-    assert base["success per seed"] == "none: 0.125"
+    assert base["success per seed"] == "untrained: 0.125"
     assert base["train iterations"] == "-"
     assert base["train generated tokens"] == "-"
 
