@@ -260,13 +260,17 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
             roots[f"{settings.env}/seed={seed}"] = root
         with torch.no_grad():
             result = sampler.run(roots)
-        for seed, episode in zip(settings.eval_seeds, result.episodes):
-            by_task[seed].append(episode)
+        seed_of = {f"{settings.env}/seed={seed}": seed for seed in settings.eval_seeds}
+        for episode in result.episodes:  # by name: a task whose env raised is not among them
+            by_task[seed_of[episode.task]].append(episode)
+        if result.dropped_tasks:
+            logger.warning("evaluation: %d task(s) dropped because their env raised: %s",
+                           len(result.dropped_tasks), ", ".join(result.dropped_tasks))
         if transcript is not None:
             transcript.extend(_transcript_entry(record, sample) for record in result.records)
         logger.info("evaluation sample %d/%d: success %.3f", sample + 1,
                     settings.samples_per_task,
-                    sum(e.success for e in result.episodes) / len(result.episodes))
+                    sum(e.success for e in result.episodes) / max(1, len(result.episodes)))
     return [episode for seed in settings.eval_seeds for episode in by_task[seed]]
 
 
