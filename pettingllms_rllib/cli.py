@@ -37,6 +37,8 @@ def _train(args: argparse.Namespace) -> int:
     output.mkdir(parents=True, exist_ok=True)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if not args.verbose:  # Tune's legacy output honours verbose=0 (the new one still prints
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # its experiment box and result hints)
     import ray
     from ray import tune
 

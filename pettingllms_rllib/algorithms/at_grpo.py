@@ -66,6 +66,12 @@ class EnvRunnerLostError(RuntimeError):
     """Env runners failed while sampling and could not be restarted (or restarts are off)."""
 
 
+def _restarts_off(doing: str, exc: BaseException) -> str:
+    return (f"an env runner failed while {doing} and restart_failed_env_runners is off (turn "
+            f"it on with .fault_tolerance(restart_failed_env_runners=True)): "
+            f"{type(exc).__name__}: {str(exc)[:300]}")
+
+
 def _lost_runners(outputs: Sequence[dict[str, Any]], num_remote: int) -> list[int]:
     """Indices (1-based, as RLlib numbers remote runners) of runners with no output."""
     return sorted(set(range(1, num_remote + 1)) - {int(o["worker_index"]) for o in outputs})
@@ -160,7 +166,10 @@ class ATGRPO(Algorithm):
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
             with clock("weight_sync"), self.metrics.log_time(
                     (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
-                self._sync_trained_weights(list(batch.policy_batches))
+                try:
+                    self._sync_trained_weights(list(batch.policy_batches))
+                except RayError as exc:  # restarts off: a runner died while receiving them
+                    raise EnvRunnerLostError(_restarts_off("receiving weights", exc)) from exc
         self._log_time_shares(clock, outputs)
 
     def _training_batch(self, outputs: Sequence[dict[str, Any]]) -> MultiAgentBatch | None:
@@ -328,10 +337,7 @@ class ATGRPO(Algorithm):
         try:
             outputs = list(group.foreach_env_runner(sample, local_env_runner=False))
         except RayError as exc:  # restarts off: RLlib re-raises the runner's death
-            raise EnvRunnerLostError(
-                f"an env runner failed while sampling and restart_failed_env_runners is off "
-                f"(turn it on with .fault_tolerance(restart_failed_env_runners=True)): "
-                f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+            raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
         lost = _lost_runners(outputs, remote)
         if lost:
             outputs += self._resample_lost(lost, sample)
