@@ -162,23 +162,13 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_model_name(name: str) -> None:
-    """A base model that is neither bundled nor a local path must be loadable now: fail in
-    one line instead of after the hub's retries (ModelNotFoundError is a FileNotFoundError)."""
-    from pettingllms_rllib.models import loading
-
-    if name in (loading.BUNDLED_MODEL_NAME, loading.TINY_RANDOM_NAME) or \
-            Path(name).expanduser().exists() or loading.looks_like_path(name):
-        return
-    loading.check_hub_model(name)
-
-
 def _eval(args: argparse.Namespace) -> int:
     import json
 
     from pettingllms_rllib.evaluation import evaluate as ev
     from pettingllms_rllib.evaluation.metrics import markdown_table
     from pettingllms_rllib.envs.registry import make_text_env
+    from pettingllms_rllib.models import loading
 
     try:
         env_config = json.loads(args.env_config) if args.env_config else None
@@ -196,7 +186,7 @@ def _eval(args: argparse.Namespace) -> int:
                 raise ValueError("give --checkpoint, or --base-model with --env")
             env_id, env_config = args.env, env_config or {}
             agents = make_text_env(env_id, env_config).possible_agents
-            _check_model_name(args.base_model)
+            loading.check_model_available(args.base_model)  # one line, not hub retries
             policies = ev.base_policies(args.base_model, agents)
             budget, max_new_tokens = None, args.max_new_tokens or 64
         for replacement in args.module or []:

@@ -21,8 +21,8 @@ from typing import Any, Mapping
 import yaml
 
 from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
-from pettingllms_rllib.algorithms.config_fields import (LORA_FIELDS, TUNE_FIELDS, Field,
-                                                        check_value, field_for)
+from pettingllms_rllib.algorithms.config_fields import (TUNE_FIELDS, Field, check_value,
+                                                        field_for, lora_problems)
 
 TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
@@ -234,9 +234,8 @@ def _check_values(document: Mapping[str, Any], source: str) -> None:
 def _problems(dotted: str, section: str, key: str, value: Any) -> list[str | None]:
     field = field_for(section, key)
     found = [check_value(dotted, value, field)] if field is not None else []
-    if (section, key) == ("llm", "lora") and isinstance(value, dict):
-        found += [check_value(f"{dotted}.{name}", value[name], LORA_FIELDS[name])
-                  for name in LORA_FIELDS if name in value]
+    if (section, key) == ("llm", "lora"):
+        found += lora_problems(dotted, value)
     return found
 
 

@@ -76,10 +76,6 @@ class ProgressLine(Callback):
 
     def __init__(self, stop_iteration: int | None = None):
         self.stop_iteration = stop_iteration
-        self._trials: set[str] = set()
-
-    def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        self._trials.add(str(trial))
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         line = progress_line(result, self.stop_iteration)

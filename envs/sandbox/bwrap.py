@@ -31,6 +31,7 @@ passed); :mod:`~pettingllms_envs.sandbox.runner` checks this in its probe.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -45,9 +46,16 @@ _SYSTEM_FILES = ("/etc/ld.so.cache",)
 _NOBODY = 65534
 
 
+@functools.lru_cache(maxsize=None)
 def find_bwrap() -> str | None:
-    """The ``bwrap`` binary, searched in the system folders only (not ``$PATH``)."""
+    """The ``bwrap`` binary, searched in the system folders only (not ``$PATH``); looked up
+    once per process, not once per run."""
     return shutil.which("bwrap", path="/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin")
+
+
+@functools.lru_cache(maxsize=None)
+def _setpriv() -> str:
+    return shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin") or "setpriv"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +165,6 @@ def bwrap_argv(bwrap: str, layout: InterpreterLayout, command: list[str], *,
         argv += ["--setenv", key, value]
     argv.append("--")
     if run_uid is not None:
-        setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin") or "setpriv"
-        argv += [setpriv, "--reuid", str(run_uid), "--regid", str(run_uid), "--clear-groups",
+        argv += [_setpriv(), "--reuid", str(run_uid), "--regid", str(run_uid), "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     return argv + command

@@ -25,6 +25,7 @@ slip past the numbers below). Unknown architectures get no filter:
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 
@@ -76,6 +77,7 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
+@functools.lru_cache(maxsize=None)
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter as the raw ``struct sock_filter`` array bubblewrap reads, for ``machine``
     (default: this host's ``platform.machine()``); ``None`` where the numbers are unknown."""

@@ -456,19 +456,10 @@ class ATGRPOConfig(AlgorithmConfig):
 
     def _check_model_available(self) -> None:
         """Fail early, without loading weights, when the configured model cannot be found."""
-        from pathlib import Path
-
         from pettingllms_rllib.models import loading
 
-        name = loading.ModelSpec.coerce(self.model_spec_dict).name_or_path
-        if name in (loading.BUNDLED_MODEL_NAME, loading.TINY_RANDOM_NAME):
-            loading.bundled_gguf_path()  # tiny-random borrows the bundled tokenizer
-        elif loading.looks_like_path(name) and not Path(name).expanduser().exists():
-            self._value_error(f"model path {name!r} does not exist; give a model folder, a "
-                              f".gguf file, {loading.BUNDLED_MODEL_NAME!r} or "
-                              f"{loading.TINY_RANDOM_NAME!r}")
-        elif not Path(name).expanduser().exists():
-            try:  # a hub id: cached, or askable now, else one clear line before any Ray work
-                loading.check_hub_model(name)
-            except loading.ModelNotFoundError as exc:
-                self._value_error(str(exc))
+        try:
+            loading.check_model_available(
+                loading.ModelSpec.coerce(self.model_spec_dict).name_or_path)
+        except loading.ModelNotFoundError as exc:
+            self._value_error(str(exc))

@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 __all__ = ["Field", "FIELDS", "LORA_FIELDS", "check_fields", "check_value", "field_for",
-           "TUNE_FIELDS"]
+           "lora_problems", "TUNE_FIELDS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +177,14 @@ def check_fields(config) -> list[str]:
             attribute = _ATTRIBUTE.get((section, key), key)
             if attribute in vars(config):
                 problems.append(check_value(f"{section}.{key}", vars(config)[attribute], field))
-    lora = vars(config).get("lora")
-    if isinstance(lora, dict):
-        problems += [check_value(f"llm.lora.{name}", lora[name], field)
-                     for name, field in LORA_FIELDS.items() if name in lora]
+    problems += lora_problems("llm.lora", vars(config).get("lora"))
     return [p for p in problems if p]
+
+
+def lora_problems(dotted: str, lora: Any) -> list[str | None]:
+    """:func:`check_value` of each declared key of a peft ``LoraConfig`` dict under ``dotted``
+    (nothing to check when ``lora`` is not a dict: its own field refuses that)."""
+    if not isinstance(lora, dict):
+        return []
+    return [check_value(f"{dotted}.{name}", lora[name], field)
+            for name, field in LORA_FIELDS.items() if name in lora]

@@ -292,6 +292,20 @@ def resolve_model_path(name: str) -> str:
     return name  # a hub id; needs network or a populated HF cache
 
 
+def check_model_available(name: str) -> None:
+    """Without loading weights: the bundled model is installed, a path exists, a hub id is
+    cached or askable (:func:`check_hub_model`). Raises :class:`ModelNotFoundError`."""
+    if name in (BUNDLED_MODEL_NAME, TINY_RANDOM_NAME):
+        bundled_gguf_path()  # tiny-random borrows the bundled tokenizer
+    elif Path(name).expanduser().exists():
+        return
+    elif looks_like_path(name):
+        raise ModelNotFoundError(f"model path {name!r} does not exist; give a model folder, a "
+                                 f".gguf file, {BUNDLED_MODEL_NAME!r} or {TINY_RANDOM_NAME!r}")
+    else:
+        check_hub_model(name)
+
+
 def check_hub_model(name: str, *, timeout_s: float = 5.0) -> None:
     """Fail at once, with one clear line, when ``name`` (neither bundled nor a local path) is
     not a model this machine can load: not in the HF cache, and the hub is offline
