@@ -160,6 +160,10 @@ class ATGRPOConfig(AlgorithmConfig):
         #: column set breaks Tune's progress.csv on resume) and pull in a GPU monitor that
         #: prints "Install gputil" on every trial.
         self.log_sys_usage = False
+        #: No connector-state round trip to every runner after each iteration: LLM runners
+        #: have no connectors, and weights travel with their version in ``training_step``. It
+        #: was also the one call where a dead runner surfaced as Ray's raw actor error.
+        self._dont_auto_sync_env_runner_states = True
         self.lr = 1e-5
         #: Passes over each module's rows per update; every row is used exactly this often
         #: (``core/minibatching.py``, not RLlib's cyclic iterator).
