@@ -71,9 +71,7 @@ def _train(args: argparse.Namespace) -> int:
                 # Tune's own tables off (Ray 2.60 ignores a ProgressReporter, and its table
                 # shows no success rate); ProgressLine logs one line per iteration instead.
                 callbacks=[progress], verbose=2 if args.verbose else 0,
-                checkpoint_config=tune.CheckpointConfig(
-                    checkpoint_frequency=experiment.checkpoint_frequency,
-                    checkpoint_at_end=True, num_to_keep=2)))
+                checkpoint_config=_checkpoint_config(experiment)))
     results = tuner.fit()
     for trial_dir in sorted(p.parent for p in experiment_dir.glob("*/result.json")):
         try:
@@ -94,6 +92,39 @@ def _train(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _checkpoint_config(experiment):
+    """Keep two checkpoints per trial: the latest (Tune always keeps it) and, with held-out
+    evaluation, the best by held-out success (else the one before the latest). Iterations
+    that did not evaluate score NaN, which Tune ranks below every number; equal scores rank
+    the newer first."""
+    from ray import tune
+
+    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_SUCCESS
+
+    evaluates = any(config.evaluation_interval for config in experiment.configs)
+    return tune.CheckpointConfig(
+        checkpoint_frequency=experiment.checkpoint_frequency, checkpoint_at_end=True,
+        num_to_keep=2, checkpoint_score_attribute=HELD_OUT_SUCCESS if evaluates else None,
+        checkpoint_score_order="max")
+
+
+def _best_held_out(result) -> tuple[str, float, int] | None:
+    """(path, held-out success, iteration) of a trial's best evaluated checkpoint, if any."""
+    import math
+
+    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_SUCCESS
+
+    scored = [(metrics.get(HELD_OUT_SUCCESS), checkpoint, metrics)
+              for checkpoint, metrics in (result.best_checkpoints or [])]
+    scored = [(value, checkpoint, metrics) for value, checkpoint, metrics in scored
+              if isinstance(value, (int, float)) and math.isfinite(value)]
+    if not scored:
+        return None
+    value, checkpoint, metrics = max(scored, key=lambda item: (item[0],
+                                                               item[2]["training_iteration"]))
+    return checkpoint.path, float(value), int(metrics["training_iteration"])
+
+
 def _first_line(error: BaseException) -> str:
     """A trial's error in one line: its last exception line (the full traceback is in the
     trial's error.txt)."""
@@ -109,6 +140,10 @@ def _summarise(results, experiment_dir: Path) -> None:
     for result in results:
         checkpoint = result.checkpoint.path if result.checkpoint else "none"
         logger.info("%s: last checkpoint %s", Path(result.path).name, checkpoint)
+        best = _best_held_out(result)
+        if best is not None:
+            logger.info("%s: best held-out checkpoint %s (success %.3f at iteration %d)",
+                        Path(result.path).name, *best)
         if result.metrics:
             logger.info("%s: final %s", Path(result.path).name, progress_line(result.metrics))
 

@@ -56,6 +56,9 @@ TIME_SECONDS, TIME_SHARE = "time_s", "time_share"
 RUNNERS_LOST = "num_runners_lost"
 #: ``env_runners/num_tasks_dropped``: tasks whose env raised this iteration (dropped, logged).
 TASKS_DROPPED = "num_tasks_dropped"
+#: ``held_out_success_rate``: this iteration's held-out success, NaN where it did not evaluate.
+#: A top-level key because Tune's ``checkpoint_score_attribute`` only looks one level deep.
+HELD_OUT_SUCCESS = "held_out_success_rate"
 
 
 class WeightsLagError(RuntimeError):
@@ -291,8 +294,12 @@ class ATGRPO(Algorithm):
         if not eval_results and self._untrained_evaluation is not None:
             eval_results = {EVALUATION_RESULTS: {**_nan_like(self._untrained_evaluation),
                                                  **self._untrained_columns()}}
-        return super()._compile_iteration_results(train_results=train_results,
-                                                  eval_results=eval_results)
+        results = super()._compile_iteration_results(train_results=train_results,
+                                                     eval_results=eval_results)
+        if self._untrained_evaluation is not None:
+            results[HELD_OUT_SUCCESS] = (eval_results or {}).get(
+                EVALUATION_RESULTS, {}).get("success_rate", float("nan"))
+        return results
 
     # ------------------------------------------------------------------ helpers
     def _sync_weights_through_disk(self, module_ids: list[str], version: int) -> None:

@@ -73,3 +73,30 @@ def test_the_terminal_shows_one_line_per_iteration_no_warnings_and_where_things_
     assert f"learning curve: {tmp_path / 'runs' / 'terminal' / 'learning_curve.png'}" in shown
     assert "last checkpoint " in shown and "final iter 2" in shown
     assert len(shown.splitlines()) < 40  # not hundreds
+
+
+FIVE_EVALUATED = GRID.replace("name: grid", "name: keep").replace(
+    "grid:\n  mapping: [shared, per_role]\n", "checkpoint_frequency: 1\n").replace(
+    "stop: {training_iteration: 1}", "stop: {training_iteration: 5}") + (
+    "  evaluation: {evaluation_interval: 2, evaluation_duration: 1}\n")
+
+
+def test_the_latest_and_the_best_held_out_checkpoints_are_kept(tmp_path, caplog):
+    import logging
+
+    config = tmp_path / "keep.yaml"
+    config.write_text(textwrap.dedent(FIVE_EVALUATED))
+    with caplog.at_level(logging.INFO, logger="pettingllms_rllib"):
+        assert main(["train", str(config), "--output", str(tmp_path / "runs"),
+                     "--num-cpus", "2"]) == 0
+    trial = next((tmp_path / "runs" / "keep").glob("ATGRPO_*/"))
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    held_out = {row["training_iteration"]: row["held_out_success_rate"] for row in rows}
+    assert sorted(i for i, v in held_out.items() if v == v) == [2, 4]  # NaN elsewhere
+    # Save k holds iteration k + 1. Kept: the two best evaluated (iterations 2 and 4; NaN
+    # ranks below every number) and the latest (iteration 5, which Tune always keeps).
+    kept = sorted(int(p.name.split("_")[1]) for p in trial.glob("checkpoint_*"))
+    assert kept == [1, 3, 4]
+    best = max((2, 4), key=lambda i: (held_out[i], i))
+    assert (f"best held-out checkpoint {trial / f'checkpoint_{best - 1:06d}'} "
+            f"(success {held_out[best]:.3f} at iteration {best})") in caplog.text
