@@ -44,10 +44,23 @@ last_checkpoint() {  # the newest checkpoint of the only trial under $1
   find "$1" -maxdepth 3 -type d -name 'checkpoint_*' | sort | tail -1
 }
 
+read -r -a seed_list <<< "$SEEDS"
+read -r -a arm_list <<< "$ARMS"
+total=$(( ${#seed_list[@]} * ${#arm_list[@]} ))
+done_count=0
+started=$SECONDS
+progress() {  # one line per arm: where the grid is and how long it has run
+  echo "[replicate $(date +%H:%M:%S)] arm $done_count/$total, $(( (SECONDS - started) / 60 )) min: $*" >&2
+}
+
 for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at seed 0
   for arm in $ARMS; do
+    done_count=$((done_count + 1))
     run="$OUT/train/$arm/seed=$seed"
-    if [ ! -f "$run/.trained" ]; then  # an interrupted run is trained again from scratch
+    if [ -f "$run/.trained" ]; then
+      progress "$arm seed=$seed already trained; evaluating"
+    else  # an interrupted run is trained again from scratch
+      progress "$arm seed=$seed training"
       rm -rf "$run"
       extra=()
       if [ -n "$EXTRA_SET" ]; then extra=(--set "$EXTRA_SET"); fi
@@ -66,6 +79,7 @@ for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at
 done
 
 if [ "$SUMMARY" = 0 ]; then exit 0; fi
+progress "untrained baselines, report and plot"
 "$CLI" eval --base-model smollm2-135m-instruct --env "$ENV_ID" --env-config "$ENV_CONFIG" \
   --max-new-tokens "$MAX_NEW_TOKENS" --num-tasks "$TASKS" --arm prompt_only --label prompt_only \
   --out "$OUT/eval/prompt_only"

@@ -37,6 +37,7 @@ def _train(args: argparse.Namespace) -> int:
     output.mkdir(parents=True, exist_ok=True)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if not args.verbose:  # Tune's legacy output honours verbose=0 (the new one still prints
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # its experiment box and result hints)
     import ray
@@ -141,7 +142,7 @@ def _summarise(results, experiment_dir: Path) -> None:
         checkpoint = result.checkpoint.path if result.checkpoint else "none"
         logger.info("%s: last checkpoint %s", Path(result.path).name, checkpoint)
         best = _best_held_out(result)
-        if best is not None:
+        if best is not None and best[0] != checkpoint:
             logger.info("%s: best held-out checkpoint %s (success %.3f at iteration %d)",
                         Path(result.path).name, *best)
         if result.metrics:

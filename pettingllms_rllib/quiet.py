@@ -7,7 +7,15 @@ Only messages that say nothing to a user of this library are dropped, each named
 * RLlib's ``RLModule(config=[RLModuleConfig object])`` deprecation: RLlib's own ``RLModule``
   constructor builds that object for every module (ours are built the new way);
 * transformers' ``is_gradient_checkpointing`` FutureWarning: peft reads the old property when
-  it wraps a model (``peft_model.py``), not our code.
+  it wraps a model (``peft_model.py``), not our code;
+* Ray Train's "Checkpoint successfully created at: ..." after every save: the final summary
+  names the checkpoints that were kept (Tune deletes the others);
+* Tune's "Trainable.setup took N seconds ... consider reuse_actors=True": every trial loads
+  its models in ``setup``, so it is slow by nature, and reusing actors would not load less.
+
+The CLI also sets ``TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S=0`` (unless the
+user set it): Tune warns when a trial checkpoints more often than every few seconds, which only
+tiny-model runs do, and a checkpoint every iteration is what resuming needs.
 
 Our own deprecated calls are fixed at the source instead (RLlib's metrics API without
 ``clear_on_reduce``; transformers' ``activation_checkpointing_enable``).
@@ -24,6 +32,8 @@ __all__ = ["show_library_info", "silence_known_noise"]
 DROPPED_LOG_MESSAGES = (
     ("ray.rllib.algorithms.algorithm_config", "on the new API stack!"),
     ("ray._common.deprecation", "RLModule(config=[RLModuleConfig"),
+    ("ray.tune.trainable.trainable", "Trainable.setup took"),
+    ("ray.train._internal.storage", "Checkpoint successfully created at"),
 )
 
 

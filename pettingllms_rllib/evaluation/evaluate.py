@@ -238,6 +238,8 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
     candidates, the continued one ``selected``): what each agent saw and said, and its score.
     Success rates say *whether* a team works; the transcript says *what* it learned to say.
     """
+    from tqdm import tqdm
+
     from pettingllms_rllib.engines.hf_engine import HFEngine
 
     env = make_text_env(settings.env, dict(settings.env_config))
@@ -246,12 +248,27 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
         max_new_tokens=int(settings.max_new_tokens), temperature=float(settings.temperature),
         seed=int(settings.seed), greedy=settings.decoding == "greedy"))
 
+    # One bar over generated responses (a turn of every task is one batched call, so it moves
+    # once per turn and agent); off when stderr is not a terminal (logs, CI).
+    bar = tqdm(desc=f"eval {settings.env}", unit=" responses", disable=None, leave=False)
+
     def generate(module_id, prompts, num_samples):
-        return engine.generate(_causal_lm(policies.modules[module_id]), prompts, num_samples)
+        responses = engine.generate(_causal_lm(policies.modules[module_id]), prompts,
+                                    num_samples)
+        bar.update(len(prompts) * num_samples)
+        return responses
 
     sampler = TreeSampler(generate, lambda agent: policies.mapping[agent],
                           num_branches=settings.num_branches if settings.search else 1)
     by_task: dict[int, list[EpisodeSummary]] = {seed: [] for seed in settings.eval_seeds}
+    with bar:
+        _play(env, sampler, settings, by_task, transcript)
+    return [episode for seed in settings.eval_seeds for episode in by_task[seed]]
+
+
+def _play(env, sampler: TreeSampler, settings: EvalSettings,
+          by_task: dict[int, list[EpisodeSummary]], transcript) -> None:
+    """Every sample round over all evaluation tasks, batched; episodes into ``by_task``."""
     for sample in range(settings.samples_per_task):
         roots = {}
         for seed in settings.eval_seeds:
@@ -271,7 +288,6 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
         logger.info("evaluation sample %d/%d: success %.3f", sample + 1,
                     settings.samples_per_task,
                     sum(e.success for e in result.episodes) / max(1, len(result.episodes)))
-    return [episode for seed in settings.eval_seeds for episode in by_task[seed]]
 
 
 def _transcript_entry(record: SampleRecord, sample: int) -> dict[str, Any]:

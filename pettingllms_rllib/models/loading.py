@@ -30,6 +30,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -201,7 +202,9 @@ def _build_atomically(target: Path, build, description: str) -> Path:
         tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             logger.info("converting %s into %s (once; later loads reuse it)", description, target)
+            started = time.monotonic()
             build(tmp_dir)
+            logger.info("converted in %.0f s", time.monotonic() - started)
             (tmp_dir / _COMPLETE_MARKER).write_text(json.dumps({"source": description}))
             tmp_dir.chmod(0o755)  # mkdtemp creates 0700; the cache is as readable as any file
             try:
@@ -219,8 +222,8 @@ def _convert_gguf_model(gguf_path: Path, out_dir: Path) -> None:
     """Dequantise a GGUF into a plain safetensors folder with its tokenizer and config."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    model = _from_pretrained(AutoModelForCausalLM, str(gguf_path.parent),
+                             gguf_file=gguf_path.name, dtype=torch.float32)
     # save_pretrained refuses a model loaded through the GGUF quantizer ("not serializable"),
     # although the weights are already dequantised to plain tensors; detach the quantizer.
     model.hf_quantizer = None
@@ -337,7 +340,15 @@ def check_hub_model(name: str, *, timeout_s: float = 5.0) -> None:
 
 
 def _from_pretrained(loader, name: str, **kwargs):
-    """Call a ``from_pretrained`` and turn 'not found' into one error that says what was tried."""
+    """Call a ``from_pretrained`` and turn 'not found' into one error that says what was tried.
+
+    transformers' "Loading weights" and "Writing model shards" bars are turned off: every
+    learner and runner loads its model each run, and the bars (finished in well under a second
+    here) fill the terminal. The one long step, the first GGUF conversion, keeps its own
+    per-tensor bar (transformers draws it with tqdm directly)."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
     try:
         return loader.from_pretrained(name, **kwargs)
     except OSError as error:

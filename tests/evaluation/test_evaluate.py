@@ -177,3 +177,20 @@ def test_a_run_or_trial_folder_resolves_to_its_newest_checkpoint(tmp_path):
         resolve_checkpoint(tmp_path / "exp")
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         resolve_checkpoint(tmp_path / "empty")
+
+
+def test_the_progress_bar_counts_every_generated_response(policies, monkeypatch):
+    import tqdm
+
+    counted = []
+
+    class RecordingBar(tqdm.tqdm):
+        def update(self, n=1):
+            counted.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm, "tqdm", RecordingBar)
+    transcript = []
+    evaluate(policies, settings(decoding="sample", search=True, num_branches=3),
+             transcript=transcript)
+    assert sum(counted) == len(transcript) > 0

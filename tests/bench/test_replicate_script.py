@@ -1,0 +1,63 @@
+"""bench/replicate.sh's orchestration, with a stand-in CLI that records its calls: which arms
+train, which checkpoint each evaluation gets, the per-arm progress lines, and that a rerun
+skips finished trainings."""
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Records each call; `train` leaves two checkpoints (the newest is the one to evaluate).
+FAKE_CLI = """#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+if [ "$1" = train ]; then
+  while [ $# -gt 0 ]; do
+    if [ "$1" = --output ]; then out=$2; fi
+    shift
+  done
+  mkdir -p "$out/exp/trial/checkpoint_000000" "$out/exp/trial/checkpoint_000001"
+fi
+"""
+
+
+def _replicate(tmp_path, calls, **env):
+    cli = tmp_path / "cli"
+    cli.write_text(FAKE_CLI)
+    cli.chmod(0o755)
+    return subprocess.run(
+        ["bash", str(REPO / "bench" / "replicate.sh")], capture_output=True, text=True,
+        timeout=60, env={**os.environ, "CLI": str(cli), "CALLS": str(calls),
+                         "OUT": str(tmp_path / "out"), **env})
+
+
+def test_every_arm_trains_once_is_evaluated_on_its_newest_checkpoint_and_reports_progress(
+        tmp_path):
+    calls = tmp_path / "calls.txt"
+    run = _replicate(tmp_path, calls, SEEDS="0 1", ARMS="atgrpo_per_role vanilla_grpo")
+    assert run.returncode == 0, run.stderr
+    lines = calls.read_text().splitlines()
+    trains = [line for line in lines if line.startswith("train ")]
+    assert len(trains) == 4
+    evals = [line for line in lines if line.startswith("eval --checkpoint")]
+    assert len(evals) == 4 + 2  # every arm and seed, plus the role swap of each per-role seed
+    assert all("checkpoint_000001 " in line for line in evals)
+    assert sum("--swap-roles" in line for line in evals) == 2
+    assert sum(line.startswith("eval --base-model") for line in lines) == 2
+    progress = [line for line in run.stderr.splitlines() if line.startswith("[replicate ")]
+    assert [line.split("] ")[1].split(",")[0] for line in progress] == [
+        "arm 1/4", "arm 2/4", "arm 3/4", "arm 4/4", "arm 4/4"]
+    assert progress[0].endswith("atgrpo_per_role seed=0 training")
+    assert progress[-1].endswith("untrained baselines, report and plot")
+
+
+def test_a_rerun_evaluates_again_without_training_again(tmp_path):
+    calls = tmp_path / "calls.txt"
+    settings = dict(SEEDS="0", ARMS="vanilla_grpo", SUMMARY="0")
+    assert _replicate(tmp_path, calls, **settings).returncode == 0
+    again = _replicate(tmp_path, calls, **settings)
+    assert again.returncode == 0, again.stderr
+    lines = calls.read_text().splitlines()
+    assert sum(line.startswith("train ") for line in lines) == 1
+    assert sum(line.startswith("eval ") for line in lines) == 2
+    assert "vanilla_grpo seed=0 already trained; evaluating" in again.stderr
