@@ -212,6 +212,7 @@ BAD_VALUES = [
     ("stop=5", "stop: 5 is not accepted; expected a mapping"),
     ("stop={training_iteration: soon}", "stop.training_iteration: 'soon' is not accepted"),
     ("llm.lora={r: -16}", "llm.lora.r: -16 is not accepted; expected an integer >= 1"),
+    ("training.kl_coef=-0.1", "training.kl_coef: -0.1 is not accepted; expected a finite number >= 0"),
     ("llm.model=smollm2-135m-instrukt", "did you mean 'smollm2-135m-instruct'"),
 ]
 
@@ -258,3 +259,20 @@ def test_a_cpu_run_whose_learner_cannot_fit_this_machine_is_refused_with_the_est
 
 def test_the_default_minibatch_is_eight_samples(tmp_path):
     assert load_experiment(write(tmp_path, GOOD)).config.minibatch_size == 8
+
+
+def test_only_full_fine_tuning_with_a_kl_penalty_loads_a_reference_copy():
+    from pettingllms_rllib.algorithms import ATGRPOConfig
+
+    def model_config(**training):
+        config = ATGRPOConfig().training(**training)
+        return config, config.rl_module_model_config()
+
+    assert "reference_copy" not in model_config()[1]
+    config, with_kl = model_config(kl_coef=0.05)
+    assert with_kl["reference_copy"] is True and config.uses_kl_penalty
+    lora = ATGRPOConfig().llm(lora={"r": 4}).training(kl_coef=0.05)
+    assert "reference_copy" not in lora.rl_module_model_config()  # the base is the reference
+    override = ATGRPOConfig().multi_agent(
+        policies={"a", "b"}, algorithm_config_overrides_per_module={"a": {"kl_coef": 0.1}})
+    assert override.uses_kl_penalty

@@ -147,6 +147,12 @@ class ATGRPOConfig(AlgorithmConfig):
         self.clip_eps_high = 0.28
         #: Dual-clip constant for negative advantages (None disables).
         self.dual_clip = 3.0
+        #: Weight of the KL penalty to a reference policy (TRL's ``beta``; the k3 estimator
+        #: per response token, core/loss.py). The reference is the starting model: for LoRA
+        #: the base with the adapters switched off (no copy); for full fine-tuning a frozen
+        #: copy per module, loaded on learners only when this is > 0. 0 = no penalty (the
+        #: paper's setting).
+        self.kl_coef = 0.0
         #: Learner batches hold each distinct prompt once with its K responses after it, so
         #: the prompt's forward and backward run once per group instead of once per candidate
         #: (same loss and gradients; 3x learner throughput on the main job, bench/RESULTS.md).
@@ -199,7 +205,8 @@ class ATGRPOConfig(AlgorithmConfig):
                  advantage_normalization=NotProvided, advantage_scale_scope=NotProvided,
                  drop_zero_variance_groups=NotProvided, advantage_eps=NotProvided,
                  clip_eps_low=NotProvided, clip_eps_high=NotProvided, dual_clip=NotProvided,
-                 shared_prefix_training=NotProvided, **kwargs) -> "ATGRPOConfig":
+                 kl_coef=NotProvided, shared_prefix_training=NotProvided,
+                 **kwargs) -> "ATGRPOConfig":
         """AT-GRPO knobs plus RLlib's (``lr``, ``grad_clip``, ``num_epochs``, ...)."""
         super().training(**kwargs)
         self._set_provided({k: v for k, v in locals().items() if k != "kwargs"})
@@ -239,7 +246,16 @@ class ATGRPOConfig(AlgorithmConfig):
                   "autocast_dtype": self.autocast_dtype}
         if self.lora is not None:
             config["lora"] = dict(self.lora)
+        elif self.uses_kl_penalty:
+            config["reference_copy"] = True
         return config
+
+    @property
+    def uses_kl_penalty(self) -> bool:
+        """Whether any module trains with ``kl_coef > 0`` (also per-module overrides)."""
+        overrides = self.algorithm_config_overrides_per_module or {}
+        return float(self.kl_coef) > 0 or any(
+            float(o.get("kl_coef", 0.0)) > 0 for o in overrides.values())
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
@@ -354,7 +370,8 @@ class ATGRPOConfig(AlgorithmConfig):
             tokens_per_microbatch=tokens * num_modules,
             gradient_checkpointing=bool(self.gradient_checkpointing),
             logits_chunk_tokens=int(self.logprob_chunk_size),
-            activation_dtype=self.autocast_dtype)
+            activation_dtype=self.autocast_dtype,
+            num_reference_models=num_modules if lora is None and self.uses_kl_penalty else 0)
 
     def engine_memory_estimate(self, shape, num_modules: int):
         """A lower bound of one runner's engine memory: weights, adapters and the KV cache of

@@ -35,6 +35,9 @@ NUM_SAMPLES_TRAINED = "num_samples_trained"
 
 #: Learner metric: KL of the module's policy from its starting policy (see _log_kl_to_start).
 KL_TO_START = "kl_to_start"
+#: Learner metric (``kl_coef > 0``): the penalised KL to the reference (k3, token mean) on the
+#: module's last minibatch of the update.
+KL_TO_REFERENCE = "kl_to_reference"
 #: Elements per all-reduce when averaging gradients (256 MiB of fp32): bounds the extra memory.
 _ALLREDUCE_BUCKET_ELEMENTS = 1 << 26
 
@@ -252,10 +255,20 @@ class ATGRPOTorchLearner(TorchLearner):
 
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        kl_coef = float(config.kl_coef)
+        reference = None
+        if kl_coef > 0:
+            reference = self._module[module_id].starting_logprobs(batch)
+            if reference is None:
+                raise RuntimeError(f"module {module_id!r} has kl_coef={kl_coef} but keeps no "
+                                   "reference model (its RLModule loaded no reference copy)")
         loss, stats = clipped_token_loss(
             fwd_out[TOKEN_LOGP], batch["old_logp"], batch["advantages"], batch["response_mask"],
             clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high,
-            dual_clip=config.dual_clip)
+            dual_clip=config.dual_clip, ref_logp=reference, kl_coef=kl_coef)
+        if reference is not None:
+            self.metrics.log_value((module_id, KL_TO_REFERENCE), stats.kl_to_reference,
+                                   window=1)
         self.metrics.log_dict({
             (module_id, "policy_loss"): stats.policy_loss,
             (module_id, "clip_fraction"): stats.clip_fraction,
@@ -268,7 +281,11 @@ class ATGRPOTorchLearner(TorchLearner):
         }, window=1)
         if module_id in self._kl_to_start_pending:
             self._kl_to_start_pending.discard(module_id)
-            self._log_kl_to_start(module_id, batch, fwd_out)
+            if reference is not None:  # the same estimate, already computed
+                self.metrics.log_value((module_id, KL_TO_START), stats.kl_to_reference,
+                                       window=1)
+            else:
+                self._log_kl_to_start(module_id, batch, fwd_out)
         return loss
 
     def _log_kl_to_start(self, module_id, batch, fwd_out) -> None:
@@ -276,7 +293,8 @@ class ATGRPOTorchLearner(TorchLearner):
         estimate ``E[exp(r) - r - 1]``, ``r = logp_start - logp``, over the response tokens of
         the module's first minibatch of the update (one extra no-grad forward per module and
         update; the tokens are samples of the current policy, up to the clip). Only modules
-        that can recover their starting policy for free (LoRA adapters) log it."""
+        that hold their starting policy log it: LoRA adapters (the base with the adapters
+        off) and, with ``kl_coef > 0``, fully fine-tuned modules (their frozen copy)."""
         start = self._module[module_id].starting_logprobs(batch)
         if start is None:
             return

@@ -201,7 +201,8 @@ def learner_memory(shape: ModelShape, *, dtype: str, lora_rank: int | None,
                    tokens_per_microbatch: int, gradient_checkpointing: bool,
                    logits_chunk_tokens: int | None = None, num_models: int = 1,
                    optimizer_state_dtype: str | None = None,
-                   activation_dtype: str | None = None) -> MemoryEstimate:
+                   activation_dtype: str | None = None,
+                   num_reference_models: int = 0) -> MemoryEstimate:
     """Estimated peak GPU memory of one learner process; an estimate for a go/no-go check.
 
     Full fine-tuning (``lora_rank=None``): ``num_models`` models (one per ModuleID), gradients in
@@ -215,6 +216,8 @@ def learner_memory(shape: ModelShape, *, dtype: str, lora_rank: int | None,
     layer). Logits: ``LOGIT_BYTES`` per logit for ``logits_chunk_tokens`` tokens (the learner's
     ``logprob_chunk_size``; None = all tokens). ``activation_dtype``: the learner's
     ``autocast_dtype`` (None = ``dtype``); autocast also caches a cast copy of trainable weights.
+    ``num_reference_models``: frozen copies kept for the KL penalty of full fine-tuning
+    (weights only; LoRA's reference is its base with the adapters off, no copy).
     """
     if tokens_per_microbatch < 0 or num_models < 1:
         raise ValueError("need tokens_per_microbatch >= 0 and num_models >= 1")
@@ -231,6 +234,8 @@ def learner_memory(shape: ModelShape, *, dtype: str, lora_rank: int | None,
         adapters = _adapter_bytes(shape, lora_rank, lora_target_modules, num_adapters)
         breakdown = {"weights": shape.num_parameters * size, "adapters": adapters,
                      "gradients": adapters, "optimizer": 3 * adapters}
+    if num_reference_models:
+        breakdown["reference_weights"] = shape.num_parameters * num_reference_models * size
     h, layers = shape.hidden_size, shape.num_layers
     layer = layer_activation_elements(shape)
     per_token = CHECKPOINT_HIDDEN_TERMS * h * layers + layer if gradient_checkpointing \

@@ -49,9 +49,16 @@ class CausalLMRLModule(TorchRLModule):
     @override(TorchRLModule)
     def setup(self):
         config = self.model_config or {}
-        self.causal_lm = load_causal_lm(ModelSpec.coerce(config.get("model")))
+        spec = ModelSpec.coerce(config.get("model"))
+        self.causal_lm = load_causal_lm(spec)
         _maybe_checkpoint_activations(self.causal_lm, config, self.inference_only)
         self._read_logprob_settings(config)
+        #: The frozen starting model, the KL penalty's reference (``kl_coef > 0``): learners
+        #: only, never part of the module's state or its trainable parameters.
+        self.reference_lm = None
+        if config.get("reference_copy") and not self.inference_only:
+            self.reference_lm = load_causal_lm(spec)
+            self.reference_lm.requires_grad_(False)
 
     def _read_logprob_settings(self, config: dict) -> None:
         self.temperature = float(config.get("temperature", 1.0))
@@ -78,12 +85,17 @@ class CausalLMRLModule(TorchRLModule):
         return self._response_logprobs(batch)
 
     def starting_logprobs(self, batch) -> torch.Tensor | None:
-        """Log-probs of the batch's response tokens under the policy training started from,
-        the reference of the ``kl_to_start`` diagnostic; None when the module keeps no copy
-        of it (full fine-tuning would need a second model in memory)."""
-        return None
+        """Log-probs of the batch's response tokens under the policy training started from
+        (no gradient): the KL penalty's reference and the ``kl_to_start`` diagnostic's. None
+        when the module keeps no copy of it (full fine-tuning with ``kl_coef = 0``: a second
+        model in memory for a diagnostic alone is not worth it)."""
+        if self.reference_lm is None:
+            return None
+        with torch.no_grad():
+            return self._response_logprobs(batch, causal_lm=self.reference_lm)[TOKEN_LOGP]
 
-    def _response_logprobs(self, batch) -> dict[str, torch.Tensor]:
+    def _response_logprobs(self, batch, causal_lm=None) -> dict[str, torch.Tensor]:
+        causal_lm = self.causal_lm if causal_lm is None else causal_lm
         input_ids = batch["input_ids"].long()
         autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
                     torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
@@ -91,12 +103,12 @@ class CausalLMRLModule(TorchRLModule):
         with autocast:
             if "segment_ids" in batch:  # shared-prefix rows (core.batching.pack_records)
                 logp = packed_response_logprobs(
-                    self.causal_lm, input_ids, batch["position_ids"], batch["segment_ids"],
+                    causal_lm, input_ids, batch["position_ids"], batch["segment_ids"],
                     batch["response_mask"], temperature=self.temperature,
                     chunk_size=self.logprob_chunk_size, entropy_out=diagnostics)
             else:
                 logp = response_logprobs(
-                    self.causal_lm, input_ids, batch["attention_mask"].long(),
+                    causal_lm, input_ids, batch["attention_mask"].long(),
                     batch["response_mask"], temperature=self.temperature,
                     chunk_size=self.logprob_chunk_size, entropy_out=diagnostics)
         return {TOKEN_LOGP: logp.float(), TOKEN_ENTROPY: diagnostics["entropy"].float()}
@@ -118,6 +130,7 @@ class LoRAAdapterRLModule(CausalLMRLModule):
     def setup(self):
         config = self.model_config or {}
         self.causal_lm = None  # bound by SharedBaseLoRAMultiRLModule
+        self.reference_lm = None  # the base with the adapters off is the reference
         self.adapter_name: str | None = None
         self._read_logprob_settings(config)
 

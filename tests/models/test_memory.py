@@ -123,6 +123,15 @@ def test_full_fine_tuning_qwen3_8b_in_bf16_does_not_fit_an_80_gib_gpu():
     assert fp32_states.breakdown["optimizer"] == 3 * QWEN3_8B.num_parameters * 4
 
 
+def test_a_kl_reference_copy_adds_its_weights_and_nothing_else():
+    common = dict(dtype="bfloat16", lora_rank=None, tokens_per_microbatch=0,
+                  gradient_checkpointing=True, num_models=2)
+    plain = learner_memory(QWEN3_8B, **common)
+    with_reference = learner_memory(QWEN3_8B, num_reference_models=2, **common)
+    assert with_reference.total_bytes - plain.total_bytes == 2 * QWEN3_8B.num_parameters * 2
+    assert with_reference.breakdown["reference_weights"] == 2 * QWEN3_8B.num_parameters * 2
+
+
 def test_lora_learner_of_qwen3_1_7b_fits_an_80_gib_gpu_and_trains_only_adapters():
     estimate = learner_memory(QWEN3_1_7B, dtype="bfloat16", lora_rank=16,
                               lora_target_modules=None, num_adapters=2,

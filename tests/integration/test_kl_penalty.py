@@ -1,0 +1,84 @@
+"""The KL penalty to the starting model (``training(kl_coef=...)``), end to end in RLlib.
+
+Same seed, same env, same learning rate: with ``kl_coef > 0`` the trained policy stays nearer
+its reference than with ``kl_coef = 0``. The reference is the base with the adapters off for
+LoRA, and a frozen copy, on learners only, for full fine-tuning.
+"""
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
+
+from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
+from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+ITERATIONS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    yield from toy_ray_session(num_cpus=2)
+
+
+def _config(mapping: str, *, lora: bool, kl_coef: float) -> ATGRPOConfig:
+    return (ATGRPOConfig()
+            .environment("toy_score_v0", env_config={"max_turns": 1})
+            .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6,
+                 lora={"r": 4, "lora_alpha": 8} if lora else None)
+            .training(num_branches=4, num_tasks_per_iteration=4, lr=3e-2, kl_coef=kl_coef)
+            .multi_agent(**multi_agent_kwargs(mapping, AGENTS))
+            .debugging(seed=0))
+
+
+def _train(config: ATGRPOConfig):
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        start = {mid: {k: v.clone() for k, v in learner.module[mid].get_state().items()}
+                 for mid in learner.module.keys()}
+        results = [algo.train() for _ in range(ITERATIONS)]
+        drift = {mid: sum(float((v - start[mid][k]).norm()) for k, v in
+                          learner.module[mid].get_state().items()) for mid in start}
+        runner_module = algo.env_runner_group.local_env_runner.module
+        runner_has_reference = any(runner_module[mid].reference_lm is not None
+                                   for mid in runner_module.keys())
+        references = {mid: learner.module[mid].reference_lm for mid in learner.module.keys()}
+        reference_states = {mid: {k: v.clone() for k, v in ref.state_dict().items()}
+                            for mid, ref in references.items() if ref is not None}
+        return results, drift, runner_has_reference, reference_states
+    finally:
+        algo.stop()
+
+
+def test_with_lora_the_penalty_keeps_each_adapter_nearer_the_base():
+    free, free_drift, _, _ = _train(_config("per_role", lora=True, kl_coef=0.0))
+    held, held_drift, _, references = _train(_config("per_role", lora=True, kl_coef=20.0))
+    assert references == {}  # LoRA: the base with the adapters off, no copy
+    for mid in AGENTS:
+        # Both arms measure KL(policy || base) on their own samples each update.
+        free_kl = free[-1]["learners"][mid]["kl_to_start"]
+        held_kl = held[-1]["learners"][mid]["kl_to_start"]
+        assert free_kl > 0 and held_kl < 0.5 * free_kl, (mid, free_kl, held_kl)
+        assert held[-1]["learners"][mid]["kl_to_reference"] >= 0
+        assert "kl_to_reference" not in free[-1]["learners"][mid]
+        assert held_drift[mid] < free_drift[mid]
+
+
+def test_with_full_fine_tuning_a_frozen_copy_on_the_learner_is_the_reference():
+    free, free_drift, _, free_refs = _train(_config("shared", lora=False, kl_coef=0.0))
+    held, held_drift, runner_has_reference, held_refs = _train(
+        _config("shared", lora=False, kl_coef=20.0))
+    assert free_refs == {}  # no second model unless the penalty needs it
+    assert set(held_refs) == {"shared"} and not runner_has_reference
+    initial = _config("shared", lora=False, kl_coef=0.0)
+    from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
+
+    start = load_causal_lm(ModelSpec.coerce(initial.model_spec_dict)).state_dict()
+    assert all(torch.equal(value, start[key]) for key, value in held_refs["shared"].items())
+    assert held_drift["shared"] < free_drift["shared"]
+    assert held[-1]["learners"]["shared"]["kl_to_reference"] > 0
