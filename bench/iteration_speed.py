@@ -61,11 +61,13 @@ def log(message: str) -> None:
 
 @contextlib.contextmanager
 def baseline_tree(rev: str):
-    """A throwaway worktree of ``rev`` (with ``pettingllms_envs`` importable from its root)."""
+    """A throwaway worktree of ``rev`` (with ``pettingllms_envs`` importable from its root:
+    revisions before the task suite's folder got its import name kept it in ``envs/``)."""
     folder = Path(tempfile.mkdtemp(prefix="pettingllms-baseline-"))
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(folder),
                     rev], check=True, capture_output=True)
-    (folder / "pettingllms_envs").symlink_to(folder / "envs")
+    if not (folder / "pettingllms_envs").exists():
+        (folder / "pettingllms_envs").symlink_to(folder / "envs")
     try:
         yield folder
     finally:

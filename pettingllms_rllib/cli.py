@@ -143,8 +143,9 @@ def _summarise(results, experiment_dir: Path) -> None:
         logger.info("%s: last checkpoint %s", Path(result.path).name, checkpoint)
         best = _best_held_out(result)
         if best is not None and best[0] != checkpoint:
-            logger.info("%s: best held-out checkpoint %s (success %.3f at iteration %d)",
-                        Path(result.path).name, *best)
+            logger.info("%s: best held-out checkpoint %s (success %.3f at iteration %d; "
+                        "picked on those instances, so optimistic there: "
+                        "docs/evaluation.md)", Path(result.path).name, *best)
         if result.metrics:
             logger.info("%s: final %s", Path(result.path).name, progress_line(result.metrics))
 

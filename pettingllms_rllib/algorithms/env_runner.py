@@ -7,9 +7,10 @@ state and needs token ids and behaviour log-probs. So this runner plugs in throu
 :class:`~pettingllms_rllib.core.tree_sampler.TreeSampler` and returns its records (the
 ``EnvRunner.sample`` contract allows experiences of any form).
 
-Weights reach the runner only through ``set_state`` (RLlib's ``sync_weights``); that is the one
-hook where an engine's weights are updated, and the runner records the learner's weights
-version it received so the algorithm can fail loudly if a runner lags.
+Weights reach the runner through ``set_state`` (RLlib's ``sync_weights``) or, with
+``vllm_weight_sync_dir``, through ``load_published_weights`` (files learner 0 wrote); both end
+in the same engine update, and the runner records the learner's weights version it received so
+the algorithm can fail loudly if a runner lags.
 
 Engines: with ``engine="hf"`` the runner holds inference copies of the modules (on its GPU when
 ``num_gpus_per_env_runner > 0``) and generates with them. With ``engine="vllm"`` it holds no

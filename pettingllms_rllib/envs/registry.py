@@ -2,7 +2,12 @@
 
 Registering also makes the env known to Ray (``ray.tune.register_env``), wrapped as RLlib's
 ``ParallelPettingZooEnv``, so the same id works in any RLlib config. Unknown ids raise and list
-the known ones. The built-in task suite (``pettingllms_envs``) registers itself on first use.
+the known ones.
+
+Installed packages declare envs as entry points of the group :data:`ENTRY_POINT_GROUP`
+(``env_id = "module:Creator"``); they are registered on first use, so this protocol never
+imports a plugin by name. The built-in task suite (``pettingllms_envs``) is found the same way.
+An id registered in code wins over an entry point of the same name.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any, Callable, Mapping
 from pettingllms_rllib.envs.base import TextParallelEnv
 
 EnvCreator = Callable[..., TextParallelEnv]
+#: The entry-point group under which installed packages declare their text envs.
+ENTRY_POINT_GROUP = "pettingllms_rllib.envs"
 _ENV_ID = re.compile(r"^[a-z][a-z0-9_]*_v\d+$")
 _REGISTRY: dict[str, EnvCreator] = {}
 
@@ -42,12 +49,34 @@ class _RayEnvCreator:
         return ParallelPettingZooEnv(self.creator(**dict(env_config or {})))
 
 
-def _load_builtin_envs() -> None:
-    import pettingllms_envs  # noqa: F401  (registers the task suite)
+_entry_points_loaded = False
+
+
+def _load_entry_point_envs() -> None:
+    """Register every env declared under :data:`ENTRY_POINT_GROUP` (once per process). A
+    declared env that cannot be loaded raises, naming the entry point and its package."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    from importlib.metadata import entry_points
+
+    declared = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    for entry_point in declared:
+        if entry_point.name in _REGISTRY:
+            continue
+        try:
+            creator = entry_point.load()
+        except Exception as exc:
+            package = entry_point.dist.name if entry_point.dist else "an installed package"
+            raise ImportError(f"text env {entry_point.name!r} ({entry_point.value}, declared "
+                              f"by {package} under {ENTRY_POINT_GROUP!r}) could not be "
+                              f"loaded: {type(exc).__name__}: {exc}") from exc
+        register_text_env(entry_point.name, creator)
+    _entry_points_loaded = True
 
 
 def registered_env_ids() -> list[str]:
-    _load_builtin_envs()
+    _load_entry_point_envs()
     return sorted(_REGISTRY)
 
 
@@ -66,7 +95,7 @@ def _from_ray_registry(env_id: str) -> EnvCreator | None:
 
 
 def get_env_creator(env_id: str) -> EnvCreator:
-    _load_builtin_envs()
+    _load_entry_point_envs()
     if env_id not in _REGISTRY and (creator := _from_ray_registry(env_id)) is not None:
         _REGISTRY[env_id] = creator
     if env_id not in _REGISTRY:

@@ -13,7 +13,6 @@ import yaml
 
 from pettingllms_rllib.envs import make_text_env
 
-import pettingllms_envs  # noqa: F401  (registers the task suite)
 
 CONFIGS = sorted((Path(__file__).parents[2] / "tune_configs").rglob("*_cpu.yaml"))
 SEEDS = range(200)

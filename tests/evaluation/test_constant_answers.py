@@ -7,7 +7,6 @@ from pettingllms_rllib.evaluation.constant_answers import (best_constant_answer,
                                                            play_constant_team)
 from pettingllms_rllib.reporting import constant_table
 
-import pettingllms_envs  # noqa: F401  (registers the task suite)
 
 ENV = "plan_path_v0"
 CONFIG = {"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "prompt_style": "compact"}

@@ -101,4 +101,4 @@ def test_the_latest_and_the_best_held_out_checkpoints_are_kept(tmp_path, caplog)
     assert kept == [1, 3, 4]
     best = max((2, 4), key=lambda i: (held_out[i], i))
     assert (f"best held-out checkpoint {trial / f'checkpoint_{best - 1:06d}'} "
-            f"(success {held_out[best]:.3f} at iteration {best})") in caplog.text
+            f"(success {held_out[best]:.3f} at iteration {best}; picked on those") in caplog.text

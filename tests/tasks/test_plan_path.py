@@ -9,17 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
+from pettingllms_envs.common import extract_python_code
+from pettingllms_envs.moves import parse_move_tokens, parse_planner_answer, parse_program_output
 from pettingllms_envs.plan_path import (
-    GridTask,
-    PlanPathEnv,
-    bfs_distances,
-    extract_python_code,
-    generate_task,
-    parse_move_tokens,
-    parse_planner_answer,
-    parse_program_output,
-    shortest_path,
-)
+    GridTask, PlanPathEnv, bfs_distances, generate_task, shortest_path)
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 from pettingllms_rllib.envs import ParseResult, check_clone_contract, check_text_env, make_text_env
 

@@ -1,11 +1,10 @@
 """A tool program runs once however many candidates submit it, with unchanged rewards.
 
 The K candidates of a tool stage are scored on their own env clones; identical programs share
-one sandbox run (``envs/common.py: ProgramVerdicts``). The rewards, reports and observations of
+one sandbox run (``pettingllms_envs/common.py: ProgramVerdicts``). The rewards, reports and observations of
 a whole tree must be identical with and without the sharing.
 """
 
-import pytest
 
 import pettingllms_envs.common as common
 from pettingllms_envs.common import ProgramVerdicts

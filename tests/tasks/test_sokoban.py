@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.common import extract_python_code
-from pettingllms_envs.plan_path import parse_planner_answer, parse_program_output
+from pettingllms_envs.moves import parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 from pettingllms_envs.sokoban import (
     RewardConfig,

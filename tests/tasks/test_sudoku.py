@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
+from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.sudoku import (
     SudokuEnv,
     SudokuTask,
     count_solutions,
-    extract_python_code,
     generate_puzzle,
     is_valid_placement,
     parse_answer,

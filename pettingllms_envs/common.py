@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
-from pettingllms_rllib.envs import ParseResult, StageOutcome, TextParallelEnv
+from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,21 @@ def score_tool_program(parsed: ParseResult, *, limits: SandboxLimits, runner: Co
         return ToolStageResult(penalty, report, report)
     outcome = simulate(answer.value)
     return ToolStageResult(outcome.reward, report, f"{report}\n{if_used}: {outcome.describe()}.")
+
+
+def tool_role(program_task: str) -> Role:
+    """The tool of a tool -> planner task: writes a program that ``program_task``."""
+    return Role(name="tool",
+                description=f"Writes a Python program (in a ```python block) that "
+                            f"{program_task}; the program runs in a sandbox.",
+                parse=extract_python_code)
+
+
+def planner_role(answer: str, parse: Callable[[str], ParseResult]) -> Role:
+    """The planner of a tool -> planner task: reads the program's output, answers ``answer``."""
+    return Role(name="planner",
+                description=f"Reads the tool's program output and answers {answer}.",
+                parse=parse)
 
 
 class ToolPlannerEnv(TextParallelEnv):

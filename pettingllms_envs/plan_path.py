@@ -12,30 +12,21 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code, move_examples)
+    check_sandbox_limits, clip_text, move_examples, planner_role, tool_role)
+from pettingllms_envs.moves import MOVES, parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult, Role
+from pettingllms_rllib.envs import ParseResult
 
 logger = logging.getLogger(__name__)
 
 Position = tuple[int, int]
 WALL, OPEN, AGENT, GOAL = "#", ".", "A", "G"
-#: Move letter -> (row delta, col delta); row 0 is the top row.
-MOVES: dict[str, Position] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
-_MOVE_WORDS = {"u": "U", "up": "U", "d": "D", "down": "D",
-               "l": "L", "left": "L", "r": "R", "right": "R"}
-_TOKEN = re.compile(r"[^\s,;]+")
-_TOKEN_STRIP = "[](){}<>'\"`*.!?:-"
-_COMPACT = re.compile(r"[UDLR]+")
-_MOVES_LABEL = re.compile(r"\bmoves\s*:", re.IGNORECASE)
-MAX_PARSED_MOVES = 10_000
 
 
 # ------------------------------------------------------------------------------ task instances
@@ -143,49 +134,6 @@ def render_grid(grid: Sequence[str], position: Position, goal: Position) -> str:
     return "\n".join("".join(r) for r in rows)
 
 
-# ------------------------------------------------------------------------------ parsing
-def parse_move_tokens(text: str) -> ParseResult:
-    """Read moves from free text: U/D/L/R letters or up/down/left/right words (any case),
-    separated by spaces, commas or semicolons; brackets, quotes and ``*`` around tokens are
-    ignored and an upper-case run like ``RRD`` is three moves. Any other token is an error."""
-    moves: list[str] = []
-    for match in _TOKEN.finditer(text):  # lazy: a bad first token costs nothing to reject
-        token = match.group().strip(_TOKEN_STRIP)
-        if not token:
-            continue
-        word = _MOVE_WORDS.get(token.lower()) if len(token) <= 5 else None
-        if word:
-            moves.append(word)
-        elif len(token) <= MAX_PARSED_MOVES and _COMPACT.fullmatch(token):
-            moves.extend(token)
-        else:
-            return ParseResult(error=f"not a move: {token[:40]!r}")
-        if len(moves) > MAX_PARSED_MOVES:
-            return ParseResult(error=f"more than {MAX_PARSED_MOVES} moves")
-    if not moves:
-        return ParseResult(error="no moves given")
-    return ParseResult(value=tuple(moves))
-
-
-def parse_planner_answer(text: str) -> ParseResult:
-    """The planner's answer: the moves on the LAST line containing ``Moves:`` (any case)."""
-    last = None
-    for last in _MOVES_LABEL.finditer(text):
-        pass
-    if last is None:
-        return ParseResult(error="no 'Moves:' line")
-    line_end = text.find("\n", last.end())
-    return parse_move_tokens(text[last.end(): line_end if line_end >= 0 else len(text)])
-
-
-def parse_program_output(stdout: str) -> ParseResult:
-    """The tool program's stdout: a ``Moves:`` line if there is one, else all of stdout."""
-    if _MOVES_LABEL.search(stdout):
-        return parse_planner_answer(stdout)
-    result = parse_move_tokens(stdout)
-    return result if result.ok or stdout.strip() else ParseResult(error="program printed nothing")
-
-
 # ------------------------------------------------------------------------------ scoring
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
@@ -268,17 +216,8 @@ def simulate_moves(grid: Sequence[str], position: Position, goal: Position,
 
 
 # ------------------------------------------------------------------------------ the env
-_TOOL = Role(
-    name="tool",
-    description="Writes a Python program (in a ```python block) that prints the shortest move "
-                "list from the agent to the goal; the program runs in a sandbox.",
-    parse=extract_python_code,
-)
-_PLANNER = Role(
-    name="planner",
-    description="Reads the tool's program output and answers the moves as 'Moves: R D ...'.",
-    parse=parse_planner_answer,
-)
+_TOOL = tool_role("prints the shortest move list from the agent to the goal")
+_PLANNER = planner_role("the moves as 'Moves: R D ...'", parse_planner_answer)
 
 
 class PlanPathEnv(ToolPlannerEnv):

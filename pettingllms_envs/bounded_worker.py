@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import pickle
 import select
 import struct

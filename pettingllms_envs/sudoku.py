@@ -28,9 +28,9 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code)
+    check_sandbox_limits, clip_text, planner_role, tool_role)
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult, Role, split_of_seed
+from pettingllms_rllib.envs import ParseResult, split_of_seed
 
 logger = logging.getLogger(__name__)
 
@@ -647,16 +647,10 @@ class SudokuEnv(ToolPlannerEnv):
         self.code_runner = check_code_runner(code_runner)
         # Per instance: the planner's parser needs the grid size.
         self.roles = {
-            "tool": Role(
-                name="tool",
-                description="Writes a Python program (in a ```python block) that solves the "
-                            "Sudoku and prints the solved grid; the program runs in a sandbox.",
-                parse=extract_python_code),
-            "planner": Role(
-                name="planner",
-                description="Reads the tool's output and answers 'Answer:' followed by the "
-                            "completed grid or 'row col digit' placements.",
-                parse=functools.partial(parse_answer, size=self.size)),
+            "tool": tool_role("solves the Sudoku and prints the solved grid"),
+            "planner": planner_role("'Answer:' followed by the completed grid or 'row col "
+                                    "digit' placements",
+                                    functools.partial(parse_answer, size=self.size)),
         }
         self._choose_team(single_agent)
         super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,

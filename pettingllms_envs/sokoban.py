@@ -23,10 +23,10 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, extract_python_code, move_examples)
-from pettingllms_envs.plan_path import MOVES, parse_planner_answer, parse_program_output
+    check_sandbox_limits, clip_text, move_examples, planner_role, tool_role)
+from pettingllms_envs.moves import MOVES, parse_planner_answer, parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult, Role, split_of_seed
+from pettingllms_rllib.envs import ParseResult, split_of_seed
 
 Position = tuple[int, int]
 #: The ASCII legend shown to the agents (and accepted by :func:`level_from_ascii`).
@@ -388,17 +388,8 @@ def simulate_moves(level: SokobanLevel, moves: Sequence[str], *, rewards: Reward
 
 
 # ------------------------------------------------------------------------------ the env
-_TOOL = Role(
-    name="tool",
-    description="Writes a Python program (in a ```python block) that solves the level and prints "
-                "the move list; the program runs in a sandbox.",
-    parse=extract_python_code,
-)
-_PLANNER = Role(
-    name="planner",
-    description="Reads the tool's program output and answers the moves as 'Moves: U L ...'.",
-    parse=parse_planner_answer,
-)
+_TOOL = tool_role("solves the level and prints the move list")
+_PLANNER = planner_role("the moves as 'Moves: U L ...'", parse_planner_answer)
 
 
 class SokobanEnv(ToolPlannerEnv):

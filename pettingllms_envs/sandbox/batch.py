@@ -4,7 +4,7 @@ Many inputs: :func:`run_python_batch`
 -------------------------------------
 Running one program on N test inputs with :func:`run_python` pays N sandbox starts (namespaces
 plus a fresh interpreter, ~0.1-0.2 s each). :func:`run_python_batch` pays one: the sandboxed
-process is a small trusted *harness* (``envs/sandbox/harness_main.py``, run with ``python -c``)
+process is a small trusted *harness* (``pettingllms_envs/sandbox/harness_main.py``, run with ``python -c``)
 inside the same namespaces, read-only view (behind the same preamble), rlimits, uid and pids
 cgroup as a single run. The harness compiles the program once and, per input, forks a child (a
 fresh copy of an interpreter that has run nothing of the program) that gets its own
@@ -61,7 +61,7 @@ logger = logging.getLogger(__package__)  # one logger for the package: "pettingl
 
 _BATCH_START_S = 10.0  # batch wall clock: start-up allowance ...
 _BATCH_CASE_SLACK_S = 1.0  # ... plus, per input, its wall clock and this much for bookkeeping
-#: Source of the in-sandbox batch harness (see envs/sandbox/harness_main.py), run with
+#: Source of the in-sandbox batch harness (see pettingllms_envs/sandbox/harness_main.py), run with
 #: ``python -c``.
 _HARNESS = (Path(__file__).parent / "harness_main.py").read_text(encoding="utf-8")
 
