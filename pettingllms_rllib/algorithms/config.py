@@ -349,11 +349,28 @@ class ATGRPOConfig(AlgorithmConfig):
         self._check_model_available()
         if self.engine == "vllm":
             self._check_vllm_settings()
-        self._check_gpu_memory(env.possible_agents)
+        self._check_gpu_memory()
 
     # ------------------------------------------------------------------ GPU memory
     #: Tokens of one sequence assumed by the pre-run memory check when no max length is set.
     ASSUMED_SEQUENCE_TOKENS = 2048
+
+    @property
+    def num_modules(self) -> int:
+        """Modules every learner builds: one per policy (RLlib builds each one, mapped or not,
+        frozen or not)."""
+        return max(1, len(self.policies or {}))
+
+    def check_learner_memory(self, shape, available_bytes: int, *, what: str,
+                             device: str = "GPU", hint: str) -> None:
+        """The one learner memory preflight, run by ``validate`` before Ray starts (host RAM,
+        or the configured GPUs) and by each GPU learner on its own device: raises
+        :class:`~pettingllms_rllib.models.memory.InsufficientGPUMemoryError` with the estimate
+        when :meth:`learner_memory_estimate` exceeds ``available_bytes``."""
+        from pettingllms_rllib.models import memory
+
+        memory.check_fits(self.learner_memory_estimate(shape, self.num_modules),
+                          available_bytes, what=what, device=device, hint=hint)
 
     def learner_memory_estimate(self, shape, num_modules: int):
         """A lower bound of one learner's GPU memory: weights, gradients and optimizer states
@@ -395,14 +412,14 @@ class ATGRPOConfig(AlgorithmConfig):
 
         return None if self.lora is None else {**DEFAULT_LORA, **self.lora}
 
-    def _check_gpu_memory(self, agents) -> None:
+    def _check_gpu_memory(self) -> None:
         """Refuse, before any Ray work, a model that cannot fit the GPUs the config asks for."""
         from pettingllms_rllib.models import memory
 
         learner_gpus = float(self.num_gpus_per_learner or 0)
         runner_gpus = float(self.num_gpus_per_env_runner or 0)
         if learner_gpus <= 0 and runner_gpus <= 0:
-            self._check_host_memory(agents)
+            self._check_host_memory()
             return
         gpu_bytes = (int(float(self.gpu_memory_gib) * memory.GIB) if self.gpu_memory_gib
                      else memory.available_gpu_bytes())
@@ -417,13 +434,12 @@ class ATGRPOConfig(AlgorithmConfig):
         if shape is None:
             logger.info("model config not available offline: GPU memory check skipped")
             return
-        num_modules = len({self.policy_mapping_fn(agent, None) for agent in agents})
+        num_modules = self.num_modules
         hint = ("use LoRA (.llm(lora={...})), gradient_checkpointing, a smaller model, "
                 "bf16 weights, or more/larger GPUs (docs/gpu.md)")
         if learner_gpus > 0:
-            memory.check_fits(self.learner_memory_estimate(shape, num_modules),
-                              int(gpu_bytes * min(1.0, learner_gpus)),
-                              what=f"a learner of {self.llm_model!r}", hint=hint)
+            self.check_learner_memory(shape, int(gpu_bytes * min(1.0, learner_gpus)),
+                                      what=f"a learner of {self.llm_model!r}", hint=hint)
         if runner_gpus > 0:
             # Full fine-tuning serves one model per module (one vLLM engine each), LoRA one base.
             num_served_models = 1 if self.lora is not None else num_modules
@@ -432,7 +448,7 @@ class ATGRPOConfig(AlgorithmConfig):
                               int(gpu_bytes * min(1.0, runner_gpus) * share / num_served_models),
                               what=f"each {self.engine} engine of an env runner", hint=hint)
 
-    def _check_host_memory(self, agents) -> None:
+    def _check_host_memory(self) -> None:
         """A CPU run: refuse, before any Ray work, a learner whose lower-bound estimate
         (weights, gradients, optimizer states, one sequence's activations) exceeds this
         machine's RAM."""
@@ -445,11 +461,9 @@ class ATGRPOConfig(AlgorithmConfig):
             return
         if ram is None or shape is None:
             return
-        num_modules = len({self.policy_mapping_fn(agent, None) for agent in agents})
-        memory.check_fits(self.learner_memory_estimate(shape, num_modules), ram,
-                          what=f"a CPU learner of {self.llm_model!r}", device="host",
-                          hint="use LoRA (.llm(lora={...})), gradient_checkpointing or a "
-                               "smaller model")
+        self.check_learner_memory(shape, ram, what=f"a CPU learner of {self.llm_model!r}",
+                                  device="host", hint="use LoRA (.llm(lora={...})), "
+                                                      "gradient_checkpointing or a smaller model")
 
     def _check_vllm_settings(self) -> None:
         """engine='vllm': the package is there, and its settings are in range."""

@@ -150,10 +150,10 @@ class ATGRPOTorchLearner(TorchLearner):
             return
         if shape is None:
             return
-        estimate = self.config.learner_memory_estimate(shape, len(self.config.policies))
         total = memory.available_gpu_bytes(device.index or 0)
-        memory.check_fits(estimate, int(total * min(1.0, float(self.config.num_gpus_per_learner))),
-                          what=f"learner on {device}", hint="see docs/gpu.md")
+        self.config.check_learner_memory(
+            shape, int(total * min(1.0, float(self.config.num_gpus_per_learner))),
+            what=f"learner on {device}", hint="see docs/gpu.md")
 
     @override(TorchLearner)
     def _make_modules_ddp_if_necessary(self) -> None:
