@@ -46,32 +46,32 @@ class TrajectorySampler:
 
         The episodes returned are all K trajectories of every task (metrics average over them).
         """
-        copies = {trajectory_copy_name(task, k): env
-                  for task, env in roots.items() for k in range(self.num_trajectories)}
+        origin = {trajectory_copy_name(task, k): (task, k)
+                  for task in roots for k in range(self.num_trajectories)}
+        copies = {name: roots[task] for name, (task, _) in origin.items()}
         result = self._rollout.run(copies, weights_version=weights_version)
-        return regroup_by_task(result, {name: task for task in roots
-                                        for name in (trajectory_copy_name(task, k)
-                                                     for k in range(self.num_trajectories))})
+        return regroup_by_task(result, origin)
 
 
-def regroup_by_task(result: TreeSampleResult, task_of_copy: Mapping[str, str]) -> TreeSampleResult:
+def regroup_by_task(result: TreeSampleResult,
+                    origin: Mapping[str, tuple[str, int]]) -> TreeSampleResult:
     """Turn per-trajectory records into trajectory-level GRPO data (pure; no model, no env).
 
-    Each record's reward becomes its agent's return over its trajectory, its group key
-    ``(task, "*", -1)`` and its branch the trajectory's index, so one group holds every response
-    of the task's K trajectories.
+    ``origin`` maps each copy's name to its (task, trajectory index). Each record's reward
+    becomes its agent's return over its trajectory, its group key ``(task, "*", -1)`` and its
+    branch the trajectory's index, so one group holds every response of the task's K
+    trajectories.
     """
+    task_of_copy = {copy: task for copy, (task, _) in origin.items()}
     returns = {episode.task: episode.agent_return for episode in result.episodes}
-    index_of_copy = {}
-    for copy in task_of_copy:
-        index_of_copy[copy] = int(copy.rsplit("=", 1)[1])
     records = []
     for record in result.records:
         copy = record.group_key.task
+        task, index = origin[copy]
         trajectory_return = float(returns[copy].get(record.agent, 0.0))
         records.append(dataclasses.replace(
-            record, group_key=GroupKey(task_of_copy[copy], WHOLE_TASK_AGENT, WHOLE_TASK_TURN),
-            branch=index_of_copy[copy], reward=trajectory_return))
+            record, group_key=GroupKey(task, WHOLE_TASK_AGENT, WHOLE_TASK_TURN),
+            branch=index, reward=trajectory_return))
     episodes = [dataclasses.replace(episode, task=task_of_copy[episode.task])
                 for episode in result.episodes]
     dropped = sorted({task_of_copy[copy] for copy in result.dropped_tasks})
