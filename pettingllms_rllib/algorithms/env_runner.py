@@ -41,7 +41,7 @@ from pettingllms_rllib.core.trajectory_sampler import TrajectorySampler
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
 from pettingllms_rllib.engines.weight_sync import check_engine_version
-from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
 from pettingllms_rllib.envs.registry import make_text_env
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         for seed in seeds:
             env = self.env.clone()
             env.reset(seed=int(seed))
-            roots[f"{self.config.env}/seed={seed}"] = env
+            roots[task_name(self.config.env, seed)] = env
         return roots
 
     def _generate(self, module_id: str, prompts, num_samples: int, *, engine=None):

@@ -162,7 +162,7 @@ class TreeSampler:
                 branch_env = state.clone()
                 _, reward, _, _, info = branch_env.step({**reference, agent: completion.text})
                 rewards.append(float(reward[agent]))
-                branches.append((branch_env, info))
+                branches.append((branch_env, reward, info))
                 records.append(SampleRecord(
                     group_key=GroupKey(item.task, agent, turn, stage_index),
                     module_id=self.module_for_agent(agent), branch=branch,
@@ -178,18 +178,20 @@ class TreeSampler:
             best[agent] = int(np.argmax(rewards))  # ties go to the lowest k
             records[-len(rewards) + best[agent]].selected = True
         if len(stage) == 1:
-            next_env, info = branches[best[stage[0]]]  # the chosen clone itself continues
+            next_env, reward, info = branches[best[stage[0]]]  # the chosen clone continues
         else:
             next_env = state.clone()
-            _, _, _, _, info = next_env.step(
+            _, reward, _, _, info = next_env.step(
                 {agent: candidates[agent][best[agent]].text for agent in stage})
-        self._account(item.summary, stage, info, next_env)
+        self._account(item.summary, stage, reward, info, next_env)
         item.env = next_env
         item.observations = next_env.current_observations() if next_env.agents else {}
 
     @staticmethod
-    def _account(summary: EpisodeSummary, stage: Sequence[str], info: Mapping[str, dict],
-                 env: TextParallelEnv) -> None:
+    def _account(summary: EpisodeSummary, stage: Sequence[str], reward: Mapping[str, float],
+                 info: Mapping[str, dict], env: TextParallelEnv) -> None:
+        """Add one stage to the episode's summary: the env's own mixed reward and its parts
+        (the mixing ``alpha * team + local`` is the env's, never recomputed here)."""
         summary.num_stages += 1
         summary.num_turns = env.turn + (1 if env.stage_index else 0)
         for agent in stage:
@@ -198,7 +200,7 @@ class TreeSampler:
             summary.agent_reward_team[agent] = summary.agent_reward_team.get(agent, 0.0) + team
             summary.agent_reward_local[agent] = summary.agent_reward_local.get(agent, 0.0) + local
             summary.agent_return[agent] = (summary.agent_return.get(agent, 0.0)
-                                           + env.alpha * team + local)
+                                           + float(reward[agent]))
             summary.parse_errors[agent] = (summary.parse_errors.get(agent, 0)
                                            + int(agent_info["parse_error"] is not None))
             summary.agent_actions[agent] = summary.agent_actions.get(agent, 0) + 1

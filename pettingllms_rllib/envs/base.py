@@ -45,6 +45,11 @@ TRAIN_SEED_LIMIT = 1_000_000_000
 SPLITS = ("train", "test")
 
 
+def task_name(env_id: str, seed: int) -> str:
+    """The name of one task instance (a tree root) in records, episodes and transcripts."""
+    return f"{env_id}/seed={int(seed)}"
+
+
 def split_of_seed(seed: int | None) -> str:
     """``"train"`` for seeds below :data:`TRAIN_SEED_LIMIT` (and None), else ``"test"``."""
     return "test" if seed is not None and int(seed) >= TRAIN_SEED_LIMIT else "train"

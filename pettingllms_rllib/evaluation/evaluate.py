@@ -31,7 +31,7 @@ import torch
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
-from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
 from pettingllms_rllib.envs.registry import make_text_env
 
 logger = logging.getLogger(__name__)
@@ -274,10 +274,10 @@ def _play(env, sampler: TreeSampler, settings: EvalSettings,
         for seed in settings.eval_seeds:
             root = env.clone()
             root.reset(seed=seed)
-            roots[f"{settings.env}/seed={seed}"] = root
+            roots[task_name(settings.env, seed)] = root
         with torch.no_grad():
             result = sampler.run(roots)
-        seed_of = {f"{settings.env}/seed={seed}": seed for seed in settings.eval_seeds}
+        seed_of = {task_name(settings.env, seed): seed for seed in settings.eval_seeds}
         for episode in result.episodes:  # by name: a task whose env raised is not among them
             by_task[seed_of[episode.task]].append(episode)
         if result.dropped_tasks:
