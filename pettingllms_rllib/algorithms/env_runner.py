@@ -22,7 +22,6 @@ sent.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any
@@ -58,11 +57,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         super().__init__(config=config, **kwargs)
         self.spaces = kwargs.get("spaces") or {}
         self.env = None
+        #: The torch inference copies of the modules (None when the engine holds the weights).
         self.module = None
-        #: ModuleID -> the engine that generates for it (one object may serve several modules).
-        self.engines: dict[str, Any] = {}
-        self._lora_kwargs = None
-        self._greedy_engine = None
+        #: What generates for every module (``engines/base.py: ModuleEngine``).
+        self.engine = None
         self.weights_version = 0
         self.num_env_steps_sampled_lifetime = 0
         index = self.worker_index or 0
@@ -82,6 +80,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def make_module(self) -> None:
+        from pettingllms_rllib.engines import start_module_engine
         from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
 
         cfg = self.config
@@ -89,52 +88,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         seed = None if cfg.seed is None else int(cfg.seed) * 1009 + (self.worker_index or 0)
         sampling = SamplingConfig(max_new_tokens=int(cfg.max_new_tokens),
                                   temperature=float(cfg.temperature), seed=seed)
-        if cfg.engine == "vllm":
-            self.engines = self._make_vllm_engines(tokenizer, sampling)
-            return
-        from pettingllms_rllib.engines.hf_engine import HFEngine
 
-        spec = cfg.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
-        self.module = spec.build()
-        if float(cfg.num_gpus_per_env_runner or 0) > 0 and torch.cuda.is_available():
-            self.module.to(torch.device("cuda", torch.cuda.current_device()))
-        engine = HFEngine(tokenizer, sampling, system_prompt=cfg.system_prompt,
-                          max_batch_size=cfg.generation_batch_size)
-        self.engines = {module_id: engine for module_id in sorted(cfg.policies)}
+        def build_modules():
+            self.module = cfg.get_multi_rl_module_spec(spaces=self.get_spaces(),
+                                                       inference_only=True).build()
+            return self.module
 
-    def _make_vllm_engines(self, tokenizer, sampling) -> dict[str, Any]:
-        """LoRA: one engine serving every module's adapter. Full fine-tuning: one engine per
-        module, each with an equal share of the runner's GPU memory and KV cache."""
-        from pettingllms_rllib.engines.vllm_engine import VLLMEngine
-        from pettingllms_rllib.models.loading import model_folder
-        cfg = self.config
-        module_ids = sorted(cfg.policies)
-        lora = cfg.lora_kwargs
-        self._lora_kwargs = lora
-        share = 1 if lora is not None else len(module_ids)
-
-        def start(max_loras: int) -> VLLMEngine:
-            return VLLMEngine(
-                model_folder(cfg.model_spec_dict), tokenizer, sampling,
-                system_prompt=cfg.system_prompt, dtype=cfg.model_dtype, max_loras=max_loras,
-                max_lora_rank=16 if lora is None else int(lora["r"]),
-                gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization) / share,
-                kv_cache_gib=None if cfg.vllm_kv_cache_gib is None else
-                float(cfg.vllm_kv_cache_gib) / share,
-                max_model_len=cfg.vllm_max_model_len,
-                enforce_eager=bool(cfg.vllm_enforce_eager), engine_kwargs=cfg.vllm_engine_kwargs)
-
-        if lora is not None:
-            engine = start(max_loras=len(module_ids))
-            return {module_id: engine for module_id in module_ids}
-        return {module_id: start(max_loras=0) for module_id in module_ids}
-
-    def _distinct_engines(self) -> list[Any]:
-        return list({id(engine): engine for engine in self.engines.values()}.values())
-
-    @property
-    def serves_with_vllm(self) -> bool:
-        return self.config.engine == "vllm"
+        self.engine = start_module_engine(cfg.engine, cfg, tokenizer, sampling, build_modules)
 
     @override(EnvRunner)
     def get_spaces(self) -> dict[str, Any]:
@@ -151,7 +111,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def assert_healthy(self) -> None:
-        assert self.env is None or self.engines, "env runner has an env but no engine"
+        assert self.env is None or self.engine is not None, "env runner has an env but no engine"
 
     def module_for_agent(self, agent_id: str) -> str:
         return self.config.policy_mapping_fn(agent_id, None)
@@ -166,22 +126,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             roots[task_name(self.config.env, seed)] = env
         return roots
 
-    def _generate(self, module_id: str, prompts, num_samples: int, *, engine=None):
-        """Generate with ``module_id``'s weights, on its engine or on ``engine`` (HF only)."""
-        engine = engine or self.engines[module_id]
-        if self.serves_with_vllm:
-            adapter = module_id if self._lora_kwargs is not None else None
-            return engine.generate(adapter, prompts, num_samples)
-        module = self.module[module_id]
-        module.activate()
-        return engine.generate(module.causal_lm, prompts, num_samples)
+    def _generate(self, module_id: str, prompts, num_samples: int):
+        return self.engine.generate(module_id, prompts, num_samples)
 
     @property
     def served_weights_version(self) -> int:
-        """The oldest weights version any engine generates with (HF: the received one)."""
-        if not self.serves_with_vllm:
-            return self.weights_version
-        return min(engine.weights_version for engine in self._distinct_engines())
+        """The oldest weights version the engine generates with."""
+        return self.engine.served_weights_version
 
     def draw_task_seeds(self, num_tasks: int) -> list[int]:
         return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
@@ -191,19 +142,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         held-out evaluation during training. Returns the episode summaries."""
         if self.env is None:
             raise RuntimeError("this env runner holds no env/model")
-        if self.serves_with_vllm:
-            raise NotImplementedError("evaluation during training runs on engine='hf' only")
-        if self._greedy_engine is None:
-            from pettingllms_rllib.engines.hf_engine import HFEngine
-
-            engine = self.engines[sorted(self.engines)[0]]
-            self._greedy_engine = HFEngine(
-                engine.tokenizer, dataclasses.replace(engine.sampling, greedy=True),
-                system_prompt=engine.system_prompt, max_batch_size=engine.max_batch_size)
-        engine = self._greedy_engine
 
         def generate(module_id, prompts, num_samples):
-            return self._generate(module_id, prompts, num_samples, engine=engine)
+            return self.engine.generate(module_id, prompts, num_samples, greedy=True)
 
         with torch.no_grad():
             return TreeSampler(generate, self.module_for_agent, num_branches=1).run(
@@ -217,9 +158,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         if self.env is None:
             raise RuntimeError("this env runner holds no env/model (a driver-local runner "
                                "next to remote runners); sample on the remote runners")
-        if self.serves_with_vllm:
-            check_engine_version(self.served_weights_version, self.weights_version,
-                                 where=f"env runner {self.worker_index or 0}")
+        check_engine_version(self.served_weights_version, self.weights_version,
+                             where=f"env runner {self.worker_index or 0}")
         start = time.perf_counter()
         seeds = task_seeds if task_seeds is not None else self.draw_task_seeds(
             num_tasks or int(self.config.num_tasks_per_iteration))
@@ -262,46 +202,27 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def set_state(self, state: dict) -> None:
         """Receive weights (the single place where the engine's weights change)."""
         version = int(state.get(WEIGHTS_SEQ_NO, 0))
-        if COMPONENT_RL_MODULE in state and self.engines and (
-                version == 0 or version >= self.weights_version):
-            module_state = state[COMPONENT_RL_MODULE]
+        if self.engine is not None and (version == 0 or version >= self.weights_version):
+            module_state = state.get(COMPONENT_RL_MODULE) or {}
             if not isinstance(module_state, dict):  # an ObjectRef from sync_weights
                 import ray
 
                 module_state = ray.get(module_state)
-            if self.serves_with_vllm:
-                self._sync_engine(module_state, version)
-            else:
-                self.module.set_state(module_state)
+            self.engine.load_weights(module_state, version)
         # Only forward: an older state (ignored above) must not make the runner look older.
         self.weights_version = max(self.weights_version, version)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
-
-    def _sync_engine(self, module_state: dict, version: int) -> None:
-        """Push new weights into vLLM (each module's adapter, or each module's full model),
-        then mark every engine as serving ``version``: a module absent from the update did
-        not change, so its engine serves that version too."""
-        for module_id, weights in sorted(module_state.items()):
-            engine = self.engines[module_id]
-            if self._lora_kwargs is not None:
-                engine.load_adapter(module_id, weights, self._lora_kwargs, version)
-            else:
-                engine.load_full_weights(weights)
-        for engine in self._distinct_engines():
-            engine.finish_sync(version)
-        logger.info("env runner %d: engines now serve weights version %d",
-                    self.worker_index or 0, version)
 
     def load_published_weights(self, folders: dict[str, str], version: int) -> int:
         """Full fine-tuning with ``vllm_weight_sync_dir``: load each module's new model from the
         folder the learner published, instead of a state sent through Ray's object store."""
         from pettingllms_rllib.engines.weight_sync import read_full_weights
 
-        if not self.engines or version < self.weights_version:
-            return self.served_weights_version
-        self._sync_engine({module_id: read_full_weights(folder)
-                           for module_id, folder in folders.items()}, version)
+        if self.engine is None or version < self.weights_version:
+            return self.served_weights_version if self.engine is not None else 0
+        self.engine.load_weights({module_id: read_full_weights(folder)
+                                  for module_id, folder in folders.items()}, version)
         self.weights_version = version
         return self.served_weights_version
 
@@ -315,8 +236,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self) -> None:
-        if self.serves_with_vllm:
-            for engine in self._distinct_engines():
-                engine.close()
-        self.engines = {}
+        if self.engine is not None:
+            self.engine.close()
+        self.engine = None
         self.module = None

@@ -9,7 +9,7 @@ under the *behaviour* policy at the sampling temperature the learner also uses.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +85,37 @@ def encode_requests(tokenizer, prompts: Sequence[str], num_samples: int,
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     return [encode_chat_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
+
+
+class ModuleEngine(Protocol):
+    """What an env runner generates with: the weights of every module it serves, and a way to
+    sample from each. Both kinds implement it over their own state, so the runner never asks
+    which kind it holds: :class:`~pettingllms_rllib.engines.hf_engine.HFModuleEngine` (torch
+    inference copies of the modules) and
+    :class:`~pettingllms_rllib.engines.vllm_engine.VLLMModuleEngine` (vLLM serves them).
+    :func:`~pettingllms_rllib.engines.start_module_engine` builds one by name.
+    """
+
+    @property
+    def served_weights_version(self) -> int:
+        """The oldest weights version any module is served with."""
+        ...
+
+    def generate(self, module_id: str, prompts: Sequence[str], num_samples: int, *,
+                 greedy: bool = False) -> list[list[Completion]]:
+        """``len(prompts)`` lists of ``num_samples`` completions of ``module_id``, in prompt
+        order; ``greedy`` decodes the most likely tokens (held-out evaluation)."""
+        ...
+
+    def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Serve ``weights`` (module id -> state; modules left out did not change) as weights
+        ``version``. Called for every state the runner accepts, with an empty mapping when
+        the state carried a version only."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (GPU memory, temporary files)."""
+        ...
 
 
 class Engine(Protocol):

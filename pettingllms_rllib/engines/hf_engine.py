@@ -324,3 +324,58 @@ class HFEngine:
             row.token_ids, row.logprobs = tokens_row[:length], logprobs_row[:length]
             row.finish_reason = "stop" if stopped_row else "length"
         logger.debug("decoded %d rows of %d prompts: %d steps", len(rows), len(distinct), step + 1)
+
+
+class HFModuleEngine:
+    """:class:`~pettingllms_rllib.engines.base.ModuleEngine` over torch inference copies of the
+    modules: ``modules`` maps a module id to an object with ``activate()`` and ``causal_lm``
+    (a MultiRLModule of this library's RLModules) and takes new weights with ``set_state``.
+
+    A state that carries a version but no weights (a restored runner) moves the served version
+    on: these copies are the weights, and the next sync brings their values.
+    """
+
+    def __init__(self, modules, engine: HFEngine):
+        self.modules = modules
+        self.engine = engine
+        self._greedy_engine: HFEngine | None = None
+        self._version = 0
+
+    @property
+    def served_weights_version(self) -> int:
+        return self._version
+
+    def generate(self, module_id: str, prompts: Sequence[str], num_samples: int, *,
+                 greedy: bool = False) -> list[list[Completion]]:
+        module = self.modules[module_id]
+        module.activate()
+        return self._greedy().generate(module.causal_lm, prompts, num_samples) if greedy \
+            else self.engine.generate(module.causal_lm, prompts, num_samples)
+
+    def _greedy(self) -> HFEngine:
+        if self._greedy_engine is None:
+            self._greedy_engine = HFEngine(
+                self.engine.tokenizer, dataclasses.replace(self.engine.sampling, greedy=True),
+                system_prompt=self.engine.system_prompt,
+                max_batch_size=self.engine.max_batch_size)
+        return self._greedy_engine
+
+    def load_weights(self, weights, version: int) -> None:
+        if weights:
+            self.modules.set_state(weights)
+        self._version = max(self._version, int(version))  # as the runner counts versions
+
+    def close(self) -> None:
+        """Nothing to release: the modules are ordinary torch objects."""
+
+
+def start_hf_module_engine(config, tokenizer, sampling: SamplingConfig,
+                           build_modules) -> HFModuleEngine:
+    """The ``engine="hf"`` runner engine: ``build_modules()`` gives the inference copies, moved
+    to the runner's GPU when ``num_gpus_per_env_runner > 0`` and one is visible."""
+    modules = build_modules()
+    if float(config.num_gpus_per_env_runner or 0) > 0 and torch.cuda.is_available():
+        modules.to(torch.device("cuda", torch.cuda.current_device()))
+    return HFModuleEngine(modules, HFEngine(tokenizer, sampling,
+                                            system_prompt=config.system_prompt,
+                                            max_batch_size=config.generation_batch_size))

@@ -247,3 +247,84 @@ class VLLMEngine:
     def close(self) -> None:
         self.llm = None
         shutil.rmtree(self._adapter_root, ignore_errors=True)
+
+
+class VLLMModuleEngine:
+    """:class:`~pettingllms_rllib.engines.base.ModuleEngine` over vLLM engines: with LoRA one
+    engine serves every module's adapter; with full fine-tuning each module has its own engine
+    and generates with the engine's base weights.
+
+    A state without weights changes nothing: an engine only serves a version once its weights
+    were loaded (the runner then refuses to sample with a lagging engine)."""
+
+    def __init__(self, engines: Mapping[str, Any], lora_kwargs: Mapping[str, Any] | None):
+        self.engines = dict(engines)
+        self.lora_kwargs = None if lora_kwargs is None else dict(lora_kwargs)
+
+    def _distinct(self) -> list[Any]:
+        return list({id(engine): engine for engine in self.engines.values()}.values())
+
+    @property
+    def served_weights_version(self) -> int:
+        return min(engine.weights_version for engine in self._distinct())
+
+    def generate(self, module_id: str, prompts, num_samples: int, *, greedy: bool = False):
+        if greedy:
+            raise NotImplementedError("greedy decoding (held-out evaluation during training) "
+                                      "runs on engine='hf' only")
+        adapter = module_id if self.lora_kwargs is not None else None
+        return self.engines[module_id].generate(adapter, prompts, num_samples)
+
+    def load_weights(self, weights, version: int) -> None:
+        """Each module's adapter, or each module's full model, then every engine marked as
+        serving ``version``: a module absent from the update did not change."""
+        if not weights:
+            return
+        for module_id, state in sorted(weights.items()):
+            engine = self.engines[module_id]
+            if self.lora_kwargs is not None:
+                engine.load_adapter(module_id, state, self.lora_kwargs, version)
+            else:
+                engine.load_full_weights(state)
+        for engine in self._distinct():
+            engine.finish_sync(version)
+        logger.info("vLLM engines now serve weights version %d", version)
+
+    def close(self) -> None:
+        for engine in self._distinct():
+            engine.close()
+
+
+def start_vllm_engines(config, tokenizer, sampling: SamplingConfig) -> dict[str, Any]:
+    """Module id -> its engine. LoRA: one engine serving every module's adapter. Full
+    fine-tuning: one engine per module, each with an equal share of the runner's GPU memory
+    and KV cache."""
+    from pettingllms_rllib.models.loading import model_folder
+
+    module_ids = sorted(config.policies)
+    lora = config.lora_kwargs
+    share = 1 if lora is not None else len(module_ids)
+
+    def start(max_loras: int) -> VLLMEngine:
+        return VLLMEngine(
+            model_folder(config.model_spec_dict), tokenizer, sampling,
+            system_prompt=config.system_prompt, dtype=config.model_dtype, max_loras=max_loras,
+            max_lora_rank=16 if lora is None else int(lora["r"]),
+            gpu_memory_utilization=float(config.vllm_gpu_memory_utilization) / share,
+            kv_cache_gib=None if config.vllm_kv_cache_gib is None else
+            float(config.vllm_kv_cache_gib) / share,
+            max_model_len=config.vllm_max_model_len,
+            enforce_eager=bool(config.vllm_enforce_eager),
+            engine_kwargs=config.vllm_engine_kwargs)
+
+    if lora is not None:
+        engine = start(max_loras=len(module_ids))
+        return {module_id: engine for module_id in module_ids}
+    return {module_id: start(max_loras=0) for module_id in module_ids}
+
+
+def start_vllm_module_engine(config, tokenizer, sampling: SamplingConfig,
+                             build_modules) -> VLLMModuleEngine:
+    """The ``engine="vllm"`` runner engine (``build_modules`` is not called: vLLM holds the
+    weights, the runner no torch module)."""
+    return VLLMModuleEngine(start_vllm_engines(config, tokenizer, sampling), config.lora_kwargs)

@@ -56,8 +56,8 @@ def make_runner(monkeypatch):
             engines = {m: engine for m in modules}
         else:
             engines = {m: RecordingEngine(stuck=stuck) for m in modules}
-        monkeypatch.setattr(LLMEnvRunner, "_make_vllm_engines", lambda self, tok, sampling: (
-            setattr(self, "_lora_kwargs", {"r": 4} if lora else None) or engines))
+        monkeypatch.setattr("pettingllms_rllib.engines.vllm_engine.start_vllm_engines",
+                            lambda config, tokenizer, sampling: engines)
         config = (ATGRPOConfig()
                   .environment("toy_score_v0", env_config={"max_turns": 1})
                   .llm(model="tiny-random", engine="vllm", max_new_tokens=4,
@@ -77,7 +77,7 @@ def state(modules, version):
 
 def test_a_vllm_runner_holds_no_torch_module_only_the_engines(make_runner):
     runner, engines = make_runner(lora=True)
-    assert runner.module is None and runner.engines == engines
+    assert runner.module is None and runner.engine.engines == engines
 
 
 def test_set_state_loads_every_modules_adapter_then_finishes_the_sync(make_runner):

@@ -74,7 +74,7 @@ def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, 
     try:
         module_ids = sorted(algo.learner_group._learner.module.keys())
         adapter = (lambda mid: mid) if lora else (lambda mid: None)
-        completion = runner_call(algo, lambda r: r.engines[module_ids[0]].generate(
+        completion = runner_call(algo, lambda r: r.engine.engines[module_ids[0]].generate(
             adapter(module_ids[0]), ["Write a short review."], 1)[0][0])
         served = []
         for iteration in range(3):
@@ -83,13 +83,13 @@ def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, 
             assert all(torch.isfinite(torch.tensor(learner[mid]["policy_loss"]))
                        for mid in module_ids)
             versions = runner_call(algo, lambda r: {m: e.weights_version
-                                                    for m, e in r.engines.items()})
+                                                    for m, e in r.engine.engines.items()})
             assert set(versions.values()) == {algo._synced_weights_version} and min(
                 versions.values()) > 0
             scores = {}
             for mid in module_ids:
                 engine_logp = torch.tensor(runner_call(
-                    algo, lambda r, mid=mid: r.engines[mid].score(
+                    algo, lambda r, mid=mid: r.engine.engines[mid].score(
                         adapter(mid), completion.prompt_ids, completion.response_ids)))
                 expected = learner_logprobs(algo, mid, completion)
                 assert torch.allclose(engine_logp, expected, atol=TOLERANCE), (
