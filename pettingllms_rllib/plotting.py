@@ -29,33 +29,51 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pettingllms_rllib import metric_keys as keys
 from pettingllms_rllib.trial_results import RESULT_FILE, read_results
 
-SUCCESS = "env_runners/success_rate"
-TURNS = "env_runners/episode_turns_mean"
-ZERO_VARIANCE = "at_grpo/zero_variance_group_fraction"
-AGENT_REWARD_PREFIX = "env_runners/agent/"
-AGENT_REWARD_SUFFIX = "/episode_return_mean"
-AGENT_RETURN = re.compile(r"^env_runners/agent/([^/]+)/episode_return_mean$")
-MODULE_RATIO = re.compile(r"^learners/([^/]+)/policy_behaviour_ratio$")
+
+def _column(*parts: str) -> str:
+    """A result key as Tune's flattened column name (``env_runners/success_rate``)."""
+    return "/".join(parts)
+
+
+def _per_name(before: str, after: str | None = None) -> re.Pattern:
+    """Columns ``<before>/<name>[/<after>]``, the name (a module, agent or part) captured."""
+    return re.compile(f"^{re.escape(before)}/([^/]+)"
+                      + (f"/{re.escape(after)}" if after is not None else "") + "$")
+
+
+_AGENTS = _column(keys.ENV_RUNNERS, keys.AGENT)
+SUCCESS = _column(keys.ENV_RUNNERS, keys.SUCCESS_RATE)
+TURNS = _column(keys.ENV_RUNNERS, keys.EPISODE_TURNS_MEAN)
+ZERO_VARIANCE = _column(keys.AT_GRPO_RESULTS, keys.ZERO_VARIANCE_GROUP_FRACTION)
+AGENT_REWARD_PREFIX = _AGENTS + "/"
+AGENT_REWARD_SUFFIX = "/" + keys.AGENT_EPISODE_RETURN_MEAN
+AGENT_RETURN = _per_name(_AGENTS, keys.AGENT_EPISODE_RETURN_MEAN)
+MODULE_RATIO = _per_name(keys.LEARNERS, keys.POLICY_BEHAVIOUR_RATIO)
 #: Per-module learning diagnostics, one panel each: (panel, series suffix, column pattern).
 MODULE_DIAGNOSTICS = (
-    (7, "entropy", re.compile(r"^learners/([^/]+)/entropy$")),
-    (8, "kl_to_start", re.compile(r"^learners/([^/]+)/kl_to_start$")),
-    (9, "advantage_std", re.compile(r"^at_grpo/advantage_std/([^/]+)$")),
-    (10, "gradient_norm", re.compile(r"^learners/([^/]+)/gradients_default_optimizer_global_norm$")),
-    (11, "clip_fraction", re.compile(r"^learners/([^/]+)/clip_fraction$")),
-    (12, "response_tokens_mean", re.compile(r"^env_runners/agent/([^/]+)/response_tokens_mean$")),
-    (13, "reward_std", re.compile(r"^at_grpo/reward_std/([^/]+)$")),
+    (7, keys.ENTROPY, _per_name(keys.LEARNERS, keys.ENTROPY)),
+    (8, keys.KL_TO_START, _per_name(keys.LEARNERS, keys.KL_TO_START)),
+    (9, keys.ADVANTAGE_STD, _per_name(_column(keys.AT_GRPO_RESULTS, keys.ADVANTAGE_STD))),
+    (10, "gradient_norm", _per_name(keys.LEARNERS, keys.GRADIENT_NORM)),
+    (11, keys.CLIP_FRACTION, _per_name(keys.LEARNERS, keys.CLIP_FRACTION)),
+    (12, keys.AGENT_RESPONSE_TOKENS_MEAN, _per_name(_AGENTS, keys.AGENT_RESPONSE_TOKENS_MEAN)),
+    (13, keys.REWARD_STD, _per_name(_column(keys.AT_GRPO_RESULTS, keys.REWARD_STD))),
 )
 #: Panels whose series are one per module or agent (told apart by linestyle).
 PER_MODULE_PANELS = (1, 4) + tuple(panel for panel, _, _ in MODULE_DIAGNOSTICS)
 #: Seconds of one part of an iteration (``pettingllms_rllib.core.timing.TIME_PARTS``).
-TIME_PART = re.compile(r"^at_grpo/time_s/([^/]+)$")
-ITERATION_SECONDS = "at_grpo/iteration_s"
-HELD_OUT = "evaluation/success_rate"
-HELD_OUT_UNTRAINED = "evaluation/untrained_success_rate"
-GENERATED_TOKENS = "env_runners/num_generated_tokens_lifetime"
+TIME_PART = _per_name(_column(keys.AT_GRPO_RESULTS, keys.TIME_SECONDS))
+ITERATION_SECONDS = _column(keys.AT_GRPO_RESULTS, keys.ITERATION_SECONDS)
+HELD_OUT = _column(keys.EVALUATION, keys.EVALUATION_SUCCESS_RATE)
+HELD_OUT_UNTRAINED = _column(keys.EVALUATION, keys.EVALUATION_UNTRAINED_SUCCESS_RATE)
+GENERATED_TOKENS = _column(keys.ENV_RUNNERS, keys.NUM_GENERATED_TOKENS_LIFETIME)
+#: Names of the held-out series in the figure's JSON (the first is the top-level result key
+#: that holds the same number).
+HELD_OUT_SERIES = keys.HELD_OUT_SUCCESS
+HELD_OUT_UNTRAINED_SERIES = "held_out_untrained_success_rate"
 TIME_PARTS = ("generate", "env", "advantages", "learner", "weight_sync", "other")
 ALL_MODULES = "__all_modules__"
 GRID_KEY = "__grid__"  # same as pettingllms_rllib.algorithms.config.GRID_KEY (no ray import here)
@@ -278,18 +296,19 @@ def _columns(trials: Sequence[Trial], pattern: re.Pattern) -> dict[str, str]:
 
 def _panel_series(trials: Sequence[Trial]) -> list[tuple[int, str, str]]:
     """(panel, series name, column) for every plotted quantity this arm has."""
-    series = [(0, "success_rate", SUCCESS)]
-    series += [(1, f"{agent}/episode_return_mean", column)
+    series = [(0, keys.SUCCESS_RATE, SUCCESS)]
+    series += [(1, f"{agent}/{keys.AGENT_EPISODE_RETURN_MEAN}", column)
                for agent, column in _columns(trials, AGENT_RETURN).items()]
-    series.append((2, "episode_turns_mean", TURNS))
-    series.append((3, "zero_variance_group_fraction", ZERO_VARIANCE))
-    series += [(4, f"{module}/policy_behaviour_ratio", column)
+    series.append((2, keys.EPISODE_TURNS_MEAN, TURNS))
+    series.append((3, keys.ZERO_VARIANCE_GROUP_FRACTION, ZERO_VARIANCE))
+    series += [(4, f"{module}/{keys.POLICY_BEHAVIOUR_RATIO}", column)
                for module, column in _columns(trials, MODULE_RATIO).items()]
-    series.append((5, "iteration_s", ITERATION_SECONDS))
-    series.append((6, "held_out_success_rate", HELD_OUT))
-    series.append((6, "held_out_untrained_success_rate", HELD_OUT_UNTRAINED))
+    series.append((5, keys.ITERATION_SECONDS, ITERATION_SECONDS))
+    series.append((6, HELD_OUT_SERIES, HELD_OUT))
+    series.append((6, HELD_OUT_UNTRAINED_SERIES, HELD_OUT_UNTRAINED))
     parts = _columns(trials, TIME_PART)
-    series += [(5, f"time_s/{part}", parts[part]) for part in TIME_PARTS if part in parts]
+    series += [(5, f"{keys.TIME_SECONDS}/{part}", parts[part])
+               for part in TIME_PARTS if part in parts]
     for panel, suffix, pattern in MODULE_DIAGNOSTICS:
         series += [(panel, f"{module}/{suffix}", column)
                    for module, column in _columns(trials, pattern).items()]
@@ -435,7 +454,7 @@ def _draw_time_part(ax, name: str, stats: dict[str, list], color, label: str, st
     """One series of the time panel. A single arm: its parts stacked (``base`` is the running
     top of the stack). Several arms: each arm's total iteration seconds as a line."""
     x, mean = stats["training_iteration"], np.asarray(stats["mean"], dtype=float)
-    if name == "iteration_s":
+    if name == keys.ITERATION_SECONDS:
         if not stacked:
             ax.plot(x, mean, color=color, marker="o", markersize=3,
                     label=f"{label}: training step")
@@ -464,11 +483,11 @@ def _draw_held_out(ax, name: str, stats: dict[str, list], members: Sequence[Tria
         return
     x, mean, low, high = (list(column) for column in zip(*points))
     untrained = aggregate(members, HELD_OUT_UNTRAINED)
-    if name == "held_out_success_rate" and untrained is not None:
+    if name == HELD_OUT_SERIES and untrained is not None:
         # the untrained team is the curve's start, at 0 generated tokens
         x, mean = [0.0] + x, [untrained["mean"][0]] + mean
         low, high = [untrained["min"][0]] + low, [untrained["max"][0]] + high
-    if name == "held_out_untrained_success_rate":
+    if name == HELD_OUT_UNTRAINED_SERIES:
         ax.axhline(mean[0], color=color, linestyle="--", linewidth=1,
                    label=f"{label}: untrained")
         return

@@ -22,6 +22,8 @@ from typing import Any, Mapping
 
 from ray.tune import Callback
 
+from pettingllms_rllib import metric_keys as keys
+
 logger = logging.getLogger("pettingllms_rllib")
 
 __all__ = ["ProgressLine", "progress_line"]
@@ -33,37 +35,37 @@ def _number(value: Any) -> float | None:
 
 def progress_line(result: Mapping[str, Any], stop_iteration: int | None = None) -> str:
     """One compact line from a Tune result (nested dicts as RLlib reports them)."""
-    runners = result.get("env_runners") or {}
-    at_grpo = result.get("at_grpo") or {}
-    held_out = result.get("evaluation") or {}
+    runners = result.get(keys.ENV_RUNNERS) or {}
+    at_grpo = result.get(keys.AT_GRPO_RESULTS) or {}
+    held_out = result.get(keys.EVALUATION) or {}
     iteration = int(result.get("training_iteration", 0))
     parts = [f"iter {iteration}" + (f"/{stop_iteration}" if stop_iteration else "")]
-    tokens = _number(runners.get("num_generated_tokens_lifetime"))
+    tokens = _number(runners.get(keys.NUM_GENERATED_TOKENS_LIFETIME))
     if tokens is not None:
         parts.append(f"tokens {int(tokens):,}")
-    success = _number(runners.get("success_rate"))
+    success = _number(runners.get(keys.SUCCESS_RATE))
     if success is not None:
         parts.append(f"success {success:.2f}")
-    evaluated = _number(held_out.get("success_rate"))
+    evaluated = _number(held_out.get(keys.EVALUATION_SUCCESS_RATE))
     if evaluated is not None:
-        untrained = _number(held_out.get("untrained_success_rate"))
+        untrained = _number(held_out.get(keys.EVALUATION_UNTRAINED_SUCCESS_RATE))
         parts.append(f"held-out {evaluated:.2f}"
                      + (f" (untrained {untrained:.2f})" if untrained is not None else ""))
-    agents = runners.get("agent") or {}
+    agents = runners.get(keys.AGENT) or {}
     returns = [f"{a} {v:.2f}" for a, stats in sorted(agents.items())
-               if (v := _number(stats.get("episode_return_mean"))) is not None]
+               if (v := _number(stats.get(keys.AGENT_EPISODE_RETURN_MEAN))) is not None]
     if returns:
         parts.append("return " + " ".join(returns))
     errors = [f"{a} {v:.2f}" for a, stats in sorted(agents.items())
-              if (v := _number(stats.get("parse_error_rate"))) is not None]
+              if (v := _number(stats.get(keys.AGENT_PARSE_ERROR_RATE))) is not None]
     if errors:
         parts.append("parse errors " + " ".join(errors))
-    zero_var = _number(at_grpo.get("zero_variance_group_fraction"))
+    zero_var = _number(at_grpo.get(keys.ZERO_VARIANCE_GROUP_FRACTION))
     if zero_var is not None:
         parts.append(f"zero-var {zero_var:.2f}")
-    seconds = _number(at_grpo.get("iteration_s"))
+    seconds = _number(at_grpo.get(keys.ITERATION_SECONDS))
     if seconds is not None:
-        shares = at_grpo.get("time_share") or {}
+        shares = at_grpo.get(keys.TIME_SHARE) or {}
         named = [f"{part} {share:.0%}" for part in ("generate", "learner")
                  if (share := _number(shares.get(part))) is not None]
         parts.append(f"{seconds:.1f} s" + (f" ({', '.join(named)})" if named else ""))

@@ -26,6 +26,7 @@ from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EVALUATION_RESULTS,
     ENV_RUNNER_SAMPLING_TIMER,
+    EPISODE_RETURN_MEAN,
     LEARNER_RESULTS,
     LEARNER_UPDATE_TIMER,
     NUM_ENV_STEPS_SAMPLED,
@@ -39,26 +40,49 @@ from ray.rllib.utils.metrics import (
 
 from pettingllms_rllib.algorithms.config import ATGRPOConfig
 from pettingllms_rllib.core.advantages import group_advantages, mean_group_reward_std
-from pettingllms_rllib.core.batching import batches_per_module
+from pettingllms_rllib.core.batching import batches_per_module, records_to_train
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.timing import TIME_PARTS, Stopwatch, time_shares
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
+# This library's result keys, defined in metric_keys. AT_GRPO_RESULTS, ITERATION_SECONDS,
+# TIME_SECONDS, TIME_SHARE, RUNNERS_LOST, TASKS_DROPPED and HELD_OUT_SUCCESS are also
+# importable from here.
+from pettingllms_rllib.metric_keys import (
+    ADVANTAGE_STD,
+    AGENT,
+    AGENT_EPISODE_RETURN_MEAN,
+    AGENT_PARSE_ERROR_RATE,
+    AGENT_RESPONSE_TOKENS_MEAN,
+    AGENT_SAMPLE_REWARD_MEAN,
+    AGENT_TRUNCATED_FRACTION,
+    AT_GRPO_RESULTS,
+    EPISODE_TURNS_MEAN,
+    EVALUATION_AGENT_PARSE_ERROR_RATE,
+    EVALUATION_AGENT_RETURN_MEAN,
+    EVALUATION_SUCCESS_CI95_HIGH,
+    EVALUATION_SUCCESS_CI95_LOW,
+    EVALUATION_SUCCESS_RATE,
+    EVALUATION_TURNS_MEAN,
+    EVALUATION_UNTRAINED_SUCCESS_RATE,
+    HELD_OUT_SUCCESS,
+    ITERATION_SECONDS,
+    NUM_GENERATED_TOKENS,
+    NUM_GENERATED_TOKENS_LIFETIME,
+    NUM_GROUPS,
+    NUM_SAMPLES,
+    NUM_TRAINED_SAMPLES,
+    REWARD_STD,
+    RUNNERS_LOST,
+    SUCCESS_RATE,
+    TASKS_DROPPED,
+    TIME_SECONDS,
+    TIME_SHARE,
+    WEIGHTS_VERSION_MIN,
+    ZERO_VARIANCE_GROUP_FRACTION,
+)
 
 logger = logging.getLogger(__name__)
-
-AT_GRPO_RESULTS = "at_grpo"
-#: ``at_grpo/iteration_s``: this training step's wall-clock seconds.
-ITERATION_SECONDS = "iteration_s"
-#: ``at_grpo/time_s/<part>`` and ``at_grpo/time_share/<part>`` for each part of TIME_PARTS.
-TIME_SECONDS, TIME_SHARE = "time_s", "time_share"
-#: ``env_runners/num_runners_lost``: runners whose tasks this iteration could not sample.
-RUNNERS_LOST = "num_runners_lost"
-#: ``env_runners/num_tasks_dropped``: tasks whose env raised this iteration (dropped, logged).
-TASKS_DROPPED = "num_tasks_dropped"
-#: ``held_out_success_rate``: this iteration's held-out success, NaN where it did not evaluate.
-#: A top-level key because Tune's ``checkpoint_score_attribute`` only looks one level deep.
-HELD_OUT_SUCCESS = "held_out_success_rate"
 
 
 class WeightsLagError(RuntimeError):
@@ -145,7 +169,7 @@ class ATGRPO(Algorithm):
                         int(self.config.evaluation_duration))
             self._untrained_evaluation = self._held_out_evaluation()
             logger.info("held-out success of the untrained team: %.3f",
-                        self._untrained_evaluation["success_rate"])
+                        self._untrained_evaluation[EVALUATION_SUCCESS_RATE])
 
     @override(Algorithm)
     def training_step(self) -> None:
@@ -185,9 +209,9 @@ class ATGRPO(Algorithm):
                                   [r.agent for r in records], cfg.advantage_config)
         for record, advantage in zip(records, result.advantages):
             record.advantage = float(advantage)
-        frozen = set(cfg.frozen_modules or [])
-        trained = [r for r, keep in zip(records, result.keep)
-                   if keep and r.module_id not in frozen]
+        trained = records_to_train(records, result.keep,
+                                   frozen_modules=cfg.frozen_modules or (),
+                                   mask_truncated=bool(cfg.mask_truncated_responses))
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs),
                                   sum(int(o.get("tasks_dropped", 0)) for o in outputs))
         by_module: dict[str, list[float]] = defaultdict(list)
@@ -198,16 +222,16 @@ class ATGRPO(Algorithm):
             sampled_by_module[record.module_id].append(record)
         for module_id in sorted(cfg.policies):  # every module, every iteration: fixed columns
             values = by_module.get(module_id, [])
-            self.metrics.log_value((AT_GRPO_RESULTS, "advantage_std", module_id),
+            self.metrics.log_value((AT_GRPO_RESULTS, ADVANTAGE_STD, module_id),
                                    float(np.std(values)) if values else float("nan"), window=1)
             own = sampled_by_module.get(module_id, [])
-            self.metrics.log_value((AT_GRPO_RESULTS, "reward_std", module_id),
+            self.metrics.log_value((AT_GRPO_RESULTS, REWARD_STD, module_id),
                                    mean_group_reward_std([r.reward for r in own],
                                                          [r.group_key for r in own]), window=1)
         self.metrics.log_dict({
-            (AT_GRPO_RESULTS, "num_groups"): result.num_groups,
-            (AT_GRPO_RESULTS, "zero_variance_group_fraction"): result.zero_variance_fraction,
-            (AT_GRPO_RESULTS, "num_trained_samples"): len(trained),
+            (AT_GRPO_RESULTS, NUM_GROUPS): result.num_groups,
+            (AT_GRPO_RESULTS, ZERO_VARIANCE_GROUP_FRACTION): result.zero_variance_fraction,
+            (AT_GRPO_RESULTS, NUM_TRAINED_SAMPLES): len(trained),
         }, window=1)
         if not trained:
             logger.warning("no trainable samples this iteration (all groups dropped)")
@@ -275,17 +299,20 @@ class ATGRPO(Algorithm):
                 local_env_runner=False)
             episodes = [episode for part in parts for episode in part]
         summary = summarize(episodes, samples_per_task=1)
-        return {"success_rate": summary["success_rate"],
-                "success_ci95_low": summary["success_ci95"][0],
-                "success_ci95_high": summary["success_ci95"][1],
-                "turns_mean": summary["turns_mean"], "num_episodes": summary["num_episodes"],
-                "agent": {agent: {"parse_error_rate": stats["parse_error_rate"],
-                                  "return_mean": stats["return_mean"]}
-                          for agent, stats in summary["agents"].items()}}
+        # Result keys (metric_keys) <- the keys of evaluation.metrics.summarize's summary.
+        return {EVALUATION_SUCCESS_RATE: summary["success_rate"],
+                EVALUATION_SUCCESS_CI95_LOW: summary["success_ci95"][0],
+                EVALUATION_SUCCESS_CI95_HIGH: summary["success_ci95"][1],
+                EVALUATION_TURNS_MEAN: summary["turns_mean"],
+                NUM_EPISODES: summary["num_episodes"],
+                AGENT: {agent: {EVALUATION_AGENT_PARSE_ERROR_RATE: stats["parse_error_rate"],
+                                EVALUATION_AGENT_RETURN_MEAN: stats["return_mean"]}
+                        for agent, stats in summary["agents"].items()}}
 
     def _untrained_columns(self) -> dict[str, Any]:
         base = self._untrained_evaluation or {}
-        return {"untrained_success_rate": base.get("success_rate", float("nan"))}
+        return {EVALUATION_UNTRAINED_SUCCESS_RATE: base.get(EVALUATION_SUCCESS_RATE,
+                                                            float("nan"))}
 
     @override(Algorithm)
     def _compile_iteration_results(self, *, train_results, eval_results):
@@ -298,7 +325,7 @@ class ATGRPO(Algorithm):
                                                      eval_results=eval_results)
         if self._untrained_evaluation is not None:
             results[HELD_OUT_SUCCESS] = (eval_results or {}).get(
-                EVALUATION_RESULTS, {}).get("success_rate", float("nan"))
+                EVALUATION_RESULTS, {}).get(EVALUATION_SUCCESS_RATE, float("nan"))
         return results
 
     # ------------------------------------------------------------------ helpers
@@ -424,7 +451,7 @@ class ATGRPO(Algorithm):
     def _check_weights_versions(self, outputs: Sequence[dict[str, Any]]) -> None:
         expected = self._synced_weights_version
         versions = {o["worker_index"]: o["weights_version"] for o in outputs}
-        self.metrics.log_value((ENV_RUNNER_RESULTS, "weights_version_min"),
+        self.metrics.log_value((ENV_RUNNER_RESULTS, WEIGHTS_VERSION_MIN),
                                min(versions.values()), window=1)
         if expected is None:
             return
@@ -450,26 +477,28 @@ class ATGRPO(Algorithm):
         log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="lifetime_sum")
         log((key, NUM_EPISODES), len(episodes), reduce="sum")
         log((key, NUM_EPISODES_LIFETIME), len(episodes), reduce="lifetime_sum")
-        log((key, "success_rate"), float(np.mean([e.success for e in episodes])), window=1)
-        log((key, "episode_turns_mean"), float(np.mean([e.num_turns for e in episodes])),
+        log((key, SUCCESS_RATE), float(np.mean([e.success for e in episodes])), window=1)
+        log((key, EPISODE_TURNS_MEAN), float(np.mean([e.num_turns for e in episodes])),
             window=1)
-        log((key, "episode_return_mean"),
+        log((key, EPISODE_RETURN_MEAN),
             float(np.mean([sum(e.agent_return.values()) for e in episodes])), window=1)
-        log((key, "num_samples"), len(records), window=1)
+        log((key, NUM_SAMPLES), len(records), window=1)
         log((key, TASKS_DROPPED), tasks_dropped, window=1)
         generated = sum(r.num_response_tokens for r in records)
-        log((key, "num_generated_tokens"), generated, reduce="sum")
+        log((key, NUM_GENERATED_TOKENS), generated, reduce="sum")
         # The training budget, for matching arms by generated tokens (a Tune stop criterion).
-        log((key, "num_generated_tokens_lifetime"), generated, reduce="lifetime_sum")
+        log((key, NUM_GENERATED_TOKENS_LIFETIME), generated, reduce="lifetime_sum")
         by_agent: dict[str, list[SampleRecord]] = defaultdict(list)
         for record in records:
             by_agent[record.agent].append(record)
         for agent, rs in by_agent.items():
-            log((key, "agent", agent, "sample_reward_mean"),
+            log((key, AGENT, agent, AGENT_SAMPLE_REWARD_MEAN),
                 float(np.mean([r.reward for r in rs])), window=1)
-            log((key, "agent", agent, "parse_error_rate"),
+            log((key, AGENT, agent, AGENT_PARSE_ERROR_RATE),
                 float(np.mean([r.parse_error is not None for r in rs])), window=1)
-            log((key, "agent", agent, "episode_return_mean"),
+            log((key, AGENT, agent, AGENT_EPISODE_RETURN_MEAN),
                 float(np.mean([e.agent_return.get(agent, 0.0) for e in episodes])), window=1)
-            log((key, "agent", agent, "response_tokens_mean"),
+            log((key, AGENT, agent, AGENT_RESPONSE_TOKENS_MEAN),
                 float(np.mean([r.num_response_tokens for r in rs])), window=1)
+            log((key, AGENT, agent, AGENT_TRUNCATED_FRACTION),
+                float(np.mean([r.finish_reason == "length" for r in rs])), window=1)

@@ -30,11 +30,12 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.advantages import AdvantageConfig
+from pettingllms_rllib.engines import MODULE_ENGINES
 from pettingllms_rllib.engines.base import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
-ENGINES = ("hf", "vllm")
+ENGINES = tuple(MODULE_ENGINES)
 ROLLOUTS = ("tree", "trajectories")
 AUTOCAST_DTYPES = (None, "bfloat16", "float16")
 #: Key under which a Tune grid over whole configs is resolved (see ``experiment.py``).
@@ -100,6 +101,7 @@ class ATGRPOConfig(AlgorithmConfig):
         self.clip_eps_high = 0.28
         self.dual_clip = 3.0
         self.kl_coef = 0.0
+        self.mask_truncated_responses = False
         self.shared_prefix_training = True
 
         # --- RLlib defaults we change
@@ -239,8 +241,8 @@ class ATGRPOConfig(AlgorithmConfig):
                  drop_zero_variance_groups: bool = NotProvided,
                  advantage_eps: float = NotProvided, clip_eps_low: float = NotProvided,
                  clip_eps_high: float = NotProvided, dual_clip: float | None = NotProvided,
-                 kl_coef: float = NotProvided, shared_prefix_training: bool = NotProvided,
-                 **kwargs) -> "ATGRPOConfig":
+                 kl_coef: float = NotProvided, mask_truncated_responses: bool = NotProvided,
+                 shared_prefix_training: bool = NotProvided, **kwargs) -> "ATGRPOConfig":
         """AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.
 
         Args:
@@ -270,6 +272,12 @@ class ATGRPOConfig(AlgorithmConfig):
                 the base with the adapters switched off (no copy); for full fine-tuning a
                 frozen copy per module, loaded on learners only when this is > 0. 0 = no
                 penalty (the default, as in the paper).
+            mask_truncated_responses: leave responses cut off at ``max_new_tokens`` out of the
+                loss (DAPO's overlong filtering, arXiv 2503.14476 Sec. 3.4): they still count
+                in their group's reward statistics, but a half-written answer is neither
+                rewarded nor punished for how it was cut. Off by default; the share of
+                truncated responses is logged either way
+                (``env_runners/agent/<agent>/truncated_fraction``).
             shared_prefix_training: learner batches hold each distinct prompt once with its K
                 responses after it, so the prompt's forward and backward run once per group
                 instead of once per candidate (same loss and gradients; 3x learner throughput
@@ -308,6 +316,8 @@ class ATGRPOConfig(AlgorithmConfig):
             self.dual_clip = dual_clip
         if kl_coef is not NotProvided:
             self.kl_coef = kl_coef
+        if mask_truncated_responses is not NotProvided:
+            self.mask_truncated_responses = mask_truncated_responses
         if shared_prefix_training is not NotProvided:
             self.shared_prefix_training = shared_prefix_training
         return self

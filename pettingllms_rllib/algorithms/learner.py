@@ -25,19 +25,23 @@ from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.loss import clipped_token_loss
 from pettingllms_rllib.core.minibatching import plan_minibatches
+# The learner metrics (``learners/<module>/...``), defined in metric_keys; NUM_GRADIENT_STEPS,
+# NUM_SAMPLES_TRAINED, KL_TO_START and KL_TO_REFERENCE are also importable from here.
+from pettingllms_rllib.metric_keys import (
+    APPROX_KL_BEHAVIOUR,
+    CLIP_FRACTION,
+    DUAL_CLIP_FRACTION,
+    ENTROPY,
+    KL_TO_REFERENCE,
+    KL_TO_START,
+    NUM_GRADIENT_STEPS,
+    NUM_RESPONSE_TOKENS,
+    NUM_SAMPLES_TRAINED,
+    POLICY_BEHAVIOUR_RATIO,
+    POLICY_LOSS,
+)
 from pettingllms_rllib.models.rl_modules import TOKEN_ENTROPY, TOKEN_LOGP
 
-#: Learner metric: gradient steps a module took in one update (one per minibatch it was in).
-NUM_GRADIENT_STEPS = "num_gradient_steps"
-#: Learner metric: samples a module's loss saw in one update (rows x epochs, counted in samples).
-NUM_SAMPLES_TRAINED = "num_samples_trained"
-
-
-#: Learner metric: KL of the module's policy from its starting policy (see _log_kl_to_start).
-KL_TO_START = "kl_to_start"
-#: Learner metric (``kl_coef > 0``): the penalised KL to the reference (k3, token mean) on the
-#: module's last minibatch of the update.
-KL_TO_REFERENCE = "kl_to_reference"
 #: Elements per all-reduce when averaging gradients (256 MiB of fp32): bounds the extra memory.
 _ALLREDUCE_BUCKET_ELEMENTS = 1 << 26
 
@@ -270,14 +274,13 @@ class ATGRPOTorchLearner(TorchLearner):
             self.metrics.log_value((module_id, KL_TO_REFERENCE), stats.kl_to_reference,
                                    window=1)
         self.metrics.log_dict({
-            (module_id, "policy_loss"): stats.policy_loss,
-            (module_id, "clip_fraction"): stats.clip_fraction,
-            (module_id, "dual_clip_fraction"): stats.dual_clip_fraction,
-            (module_id, "policy_behaviour_ratio"): stats.mean_ratio,
-            (module_id, "approx_kl_behaviour"): stats.approx_kl_behaviour,
-            (module_id, "num_response_tokens"): stats.num_tokens,
-            (module_id, "entropy"): _masked_mean(fwd_out[TOKEN_ENTROPY],
-                                                 batch["response_mask"]),
+            (module_id, POLICY_LOSS): stats.policy_loss,
+            (module_id, CLIP_FRACTION): stats.clip_fraction,
+            (module_id, DUAL_CLIP_FRACTION): stats.dual_clip_fraction,
+            (module_id, POLICY_BEHAVIOUR_RATIO): stats.mean_ratio,
+            (module_id, APPROX_KL_BEHAVIOUR): stats.approx_kl_behaviour,
+            (module_id, NUM_RESPONSE_TOKENS): stats.num_tokens,
+            (module_id, ENTROPY): _masked_mean(fwd_out[TOKEN_ENTROPY], batch["response_mask"]),
         }, window=1)
         if module_id in self._kl_to_start_pending:
             self._kl_to_start_pending.discard(module_id)

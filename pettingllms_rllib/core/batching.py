@@ -11,7 +11,7 @@ records, but each record keeps the advantage computed in its own (task, agent, t
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
@@ -49,6 +49,19 @@ def pad_records(records: Sequence[SampleRecord], pad_token_id: int = 0) -> dict[
         batch["response_mask"][row, start:end] = 1.0
         batch["old_logp"][row, start:end] = record.behaviour_logprobs
     return batch
+
+
+def records_to_train(records: Sequence[SampleRecord], keep: Sequence[bool], *,
+                     frozen_modules: Collection[str] = (),
+                     mask_truncated: bool = False) -> list[SampleRecord]:
+    """The records the learner trains on: those the advantage step kept, of modules that are
+    not frozen and, with ``mask_truncated`` (DAPO's overlong filtering, arXiv 2503.14476
+    Sec. 3.4), not cut off at the token limit (``finish_reason == "length"``). A masked record
+    still counted in its group's statistics; only its own loss is left out."""
+    frozen = set(frozen_modules)
+    return [record for record, kept in zip(records, keep, strict=True)
+            if kept and record.module_id not in frozen
+            and not (mask_truncated and record.finish_reason == "length")]
 
 
 def batches_per_module(records: Sequence[SampleRecord], pad_token_id: int = 0, *,

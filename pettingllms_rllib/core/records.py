@@ -46,6 +46,7 @@ class SampleRecord:
         parse_error: the role parser's complaint, or None when the response parsed.
         selected: whether this branch was the greedy continuation of the episode.
         weights_version: the runner's weights version when it was sampled.
+        finish_reason: "stop" (the model ended it) or "length" (cut off at max_new_tokens).
         advantage: filled in by :mod:`pettingllms_rllib.core.advantages`.
     """
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pettingllms_rllib.core.batching import batches_per_module, pad_records
+from pettingllms_rllib.core.batching import batches_per_module, pad_records, records_to_train
 from pettingllms_rllib.core.records import GroupKey, SampleRecord
 
 
@@ -39,3 +39,18 @@ def test_mismatched_logprobs_are_an_error():
     record.behaviour_logprobs = (-0.1,)
     with pytest.raises(ValueError, match="log-probs"):
         pad_records([record])
+
+
+def test_the_learner_trains_kept_records_of_unfrozen_modules_and_masks_truncated_ones_on_request():
+    import dataclasses
+
+    full = _record("a", "m", [1], [2])
+    cut = dataclasses.replace(_record("a", "m", [1], [3]), finish_reason="length")
+    dropped = _record("a", "m", [1], [4])
+    frozen = _record("b", "frozen", [1], [5])
+    records, keep = [full, cut, dropped, frozen], [True, True, False, True]
+    assert records_to_train(records, keep, frozen_modules={"frozen"}) == [full, cut]
+    assert records_to_train(records, keep, frozen_modules={"frozen"},
+                            mask_truncated=True) == [full]
+    with pytest.raises(ValueError):  # one keep flag per record
+        records_to_train(records, keep[:2])

@@ -96,6 +96,22 @@ def test_a_frozen_role_acts_but_never_changes():
         algo.stop()
 
 
+def test_masking_truncated_responses_trains_only_on_responses_that_ended():
+    """Same seed, same first samples: the masked run trains on exactly the responses that were
+    not cut off at max_new_tokens (tiny random models rarely stop on their own)."""
+    trained = {}
+    for mask in (False, True):
+        algo = config(mask_truncated_responses=mask).build_algo()
+        try:
+            result = algo.train()
+        finally:
+            algo.stop()
+        trained[mask] = result["at_grpo"]["num_trained_samples"]
+        truncated = [result["env_runners"]["agent"][a]["truncated_fraction"] for a in AGENTS]
+    assert max(truncated) > 0
+    assert trained[True] < trained[False]
+
+
 def test_two_runs_combine_with_each_role_from_its_own_run(tmp_path):
     """Each role trained alone, then run together: the reviewer of run B joins run A's writer."""
     from pettingllms_rllib.evaluation.evaluate import with_module_from
