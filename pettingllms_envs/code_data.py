@@ -47,7 +47,7 @@ import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
-from pettingllms_envs.data import DatasetUnavailableError, convert_rows, read_rows
+from pettingllms_envs.data import DatasetUnavailableError, convert_rows, read_rows, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -165,12 +165,7 @@ def convert_record_row(row: Mapping[str, Any]) -> CodeProblem:
 
 def write_records(path: str, problems: Iterable[CodeProblem]) -> int:
     """Write ``problems`` as JSONL (one record per line); returns how many were written."""
-    count = 0
-    with open(path, "w", encoding="utf-8") as handle:
-        for problem in problems:
-            handle.write(json.dumps(problem.to_record(), ensure_ascii=False) + "\n")
-            count += 1
-    return count
+    return write_jsonl(path, (problem.to_record() for problem in problems), ensure_ascii=False)
 
 
 def load_records(path: str) -> tuple[CodeProblem, ...]:

@@ -41,6 +41,17 @@ class LoadReport:
     reasons: tuple[str, ...]
 
 
+def write_jsonl(path: str, rows: Iterable[dict], **dumps_kwargs: Any) -> int:
+    """Write ``rows`` as JSONL, one ``json.dumps(row, **dumps_kwargs)`` per line; returns how
+    many were written (the local-file format :func:`read_rows` reads back)."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, **dumps_kwargs) + "\n")
+            count += 1
+    return count
+
+
 def looks_like_local_path(source: str) -> bool:
     """Absolute/relative/home paths, names ending in a data suffix, and existing files are local;
     anything else (``org/name``) is a hub dataset name."""

@@ -40,7 +40,7 @@ from math_verify import verify as mv_verify
 from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
-    clip_text, extract_python_code, run_tool_program)
+    clip_text, extract_python_code, run_tool_program, tool_role)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -377,12 +377,7 @@ _SENTENCE_REASONER = Role(
     description="Solves the problem and ends with the sentence 'The answer is <answer>.'.",
     parse=parse_answer_sentence,
 )
-_TOOL = Role(
-    name="tool",
-    description="Writes a Python program (in a ```python block) that prints the final answer "
-                "on its last line; the program runs in a sandbox.",
-    parse=extract_python_code,
-)
+_TOOL = tool_role("prints the final answer on its last line")
 
 
 class MathEnv(TextParallelEnv):

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pettingllms_envs.data import LoadReport, convert_rows, read_rows
+from pettingllms_envs.data import LoadReport, convert_rows, read_rows, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -398,9 +397,4 @@ def load_problems(source: str, *, dataset_format: str, split: str = "train",
 
 def write_problems_jsonl(problems: Iterable[MathProblem], path: str) -> int:
     """Write ``problems`` as normalised JSONL (the ``"records"`` format); returns the count."""
-    count = 0
-    with open(path, "w", encoding="utf-8") as handle:
-        for problem in problems:
-            handle.write(json.dumps(problem.to_record(), sort_keys=True) + "\n")
-            count += 1
-    return count
+    return write_jsonl(path, (problem.to_record() for problem in problems), sort_keys=True)
