@@ -1,11 +1,14 @@
 """Move lists, shared by the grid tasks (Plan-Path, Sokoban): U/D/L/R moves read from a
-planner's answer or a tool program's output. Pure functions; a bad answer is a
-:class:`~pettingllms_rllib.envs.ParseResult` error, never an exception."""
+planner's answer or a tool program's output (pure functions; a bad answer is a
+:class:`~pettingllms_rllib.envs.ParseResult` error, never an exception), and
+:class:`MoveListEnv`, their common tool -> planner base: the role lines of the prompts and how
+a planner's move list is applied."""
 
 from __future__ import annotations
 
 import re
 
+from pettingllms_envs.common import ToolPlannerEnv, clip_text
 from pettingllms_rllib.envs import ParseResult
 
 #: Move letter -> (row delta, col delta); row 0 is the top row.
@@ -59,3 +62,46 @@ def parse_program_output(stdout: str) -> ParseResult:
         return parse_planner_answer(stdout)
     result = parse_move_tokens(stdout)
     return result if result.ok or stdout.strip() else ParseResult(error="program printed nothing")
+
+
+class MoveListEnv(ToolPlannerEnv):
+    """A tool -> planner task whose answer is a move list. Subclasses say what the program
+    computes and where the moves lead (:meth:`_role_lines`), simulate a move list
+    (``_simulate``, returning an outcome with ``reward``, ``applied`` and ``describe()``) and
+    take its end state (:meth:`_take_outcome`); they keep ``moves_taken``."""
+
+    def _role_lines(self, agent: str, *, program: str, goal: str) -> list[str]:
+        """The role part of the full prompt: the tool's program ``program`` (what it computes,
+        ending in " and "), the planner's ``goal`` (where the moves must lead)."""
+        example, example_line = self.example_answer()
+        if agent == "tool":
+            return ["You are the tool agent. Write a Python program in a ```python fenced block "
+                    f"that {program}prints the moves on one line, e.g. print({example!r}). It "
+                    f"runs in a sandbox with a {self.sandbox_limits.wall_time_s:g} s limit."]
+        return [f"Tool agent's latest result:\n{self.tool_report}",
+                f"You are the planner. Decide the moves {goal} (at most "
+                f"{self.max_moves_per_turn}) and end with one line 'Moves: <moves>', "
+                f"e.g. '{example_line}'."]
+
+    def _compact_role_lines(self, agent: str) -> list[str]:
+        """The role part of the compact prompt (``prompt_style="compact"``)."""
+        example, example_line = self.example_answer()
+        if agent == "tool":
+            return [f"Write a ```python block that prints the moves, like: print({example!r})"]
+        return [f"Tool: {clip_text(self.tool_report, 120)}",
+                f"Answer with one line like: {example_line}"]
+
+    def _parse_tool_output(self, stdout: str) -> ParseResult:
+        return parse_program_output(stdout)
+
+    def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
+        if not parsed.ok:
+            return self.invalid_action_penalty, f"Answer not understood: {parsed.error}."
+        outcome = self._simulate(parsed.value)
+        self._take_outcome(outcome)
+        self.moves_taken.extend(outcome.applied)
+        return outcome.reward, outcome.describe() + "."
+
+    def _take_outcome(self, outcome) -> None:
+        """Move to where ``outcome`` ended (the agent's position, the level's state)."""
+        raise NotImplementedError

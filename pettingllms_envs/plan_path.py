@@ -17,11 +17,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, move_examples, planner_role, tool_role)
-from pettingllms_envs.moves import MOVES, parse_planner_answer, parse_program_output
+    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, move_examples, planner_role, tool_role)
+from pettingllms_envs.moves import MOVES, MoveListEnv, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +219,7 @@ _TOOL = tool_role("prints the shortest move list from the agent to the goal")
 _PLANNER = planner_role("the moves as 'Moves: R D ...'", parse_planner_answer)
 
 
-class PlanPathEnv(ToolPlannerEnv):
+class PlanPathEnv(MoveListEnv):
     """Env card: ``plan_path_v0``.
 
     Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
@@ -341,7 +340,6 @@ class PlanPathEnv(ToolPlannerEnv):
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
             return self._observe_compact(agent)
-        example, example_line = self.example_answer()
         task = self.task
         taken = " ".join(self.moves_taken) if self.moves_taken else "none"
         lines = [
@@ -357,37 +355,22 @@ class PlanPathEnv(ToolPlannerEnv):
             "R = right (col+1). "
             "Walls and the grid edge block moves.",
         ]
-        if agent == "tool":
-            lines.append(
-                "You are the tool agent. Write a Python program in a ```python fenced block that "
-                "computes the shortest path (e.g. breadth-first search) from the current position "
-                "to the goal on this grid (embed the grid in the program; it gets no input) and "
-                f"prints the moves on one line, e.g. print({example!r}). It runs in a sandbox "
-                f"with a {self.sandbox_limits.wall_time_s:g} s limit.")
-        else:
-            lines += [
-                f"Tool agent's latest result:\n{self.tool_report}",
-                "You are the planner. Decide the moves from the current position to the goal "
-                f"(at most {self.max_moves_per_turn}) and end with one line 'Moves: <moves>', "
-                f"e.g. '{example_line}'.",
-            ]
+        lines += self._role_lines(
+            agent, program="computes the shortest path (e.g. breadth-first search) from the "
+                           "current position to the goal on this grid (embed the grid in the "
+                           "program; it gets no input) and ",
+            goal="from the current position to the goal")
         return "\n".join(lines)
 
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
-        example, example_line = self.example_answer()
         task = self.task
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
                  f"A is at {self.position}, G is at {task.goal}."
                  + (f" {offset_text(self.position, task.goal)}" if self.show_offsets else "")
                  + " U=up, D=down, L=left, R=right."]
-        if agent == "tool":
-            lines.append(f'Write a ```python block that prints the moves, like: print({example!r})')
-        else:
-            lines += [f"Tool: {clip_text(self.tool_report, 120)}",
-                      f"Answer with one line like: {example_line}"]
-        return "\n".join(lines)
+        return "\n".join(lines + self._compact_role_lines(agent))
 
     # ------------------------------------------------------------------ stages
     def _example_candidates(self) -> list[tuple[str, str]]:
@@ -397,9 +380,6 @@ class PlanPathEnv(ToolPlannerEnv):
         if self.placeholder_example:
             return "<moves>", "Moves: <moves>"
         return super().example_answer()
-
-    def _parse_tool_output(self, stdout: str) -> ParseResult:
-        return parse_program_output(stdout)
 
     def _solved(self) -> bool:
         return self.position == self.task.goal
@@ -411,13 +391,8 @@ class PlanPathEnv(ToolPlannerEnv):
                               optimal_length=self.optimal_length,
                               max_moves=self.max_moves_per_turn)
 
-    def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
-        if not parsed.ok:
-            return self.invalid_action_penalty, f"Answer not understood: {parsed.error}."
-        outcome = self._simulate(parsed.value)
+    def _take_outcome(self, outcome: MoveOutcome) -> None:
         self.position = outcome.position
-        self.moves_taken.extend(outcome.applied)
-        return outcome.reward, outcome.describe() + "."
 
 
 # ------------------------------------------------------------------------------ validation

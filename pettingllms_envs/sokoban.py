@@ -22,11 +22,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, move_examples, planner_role, tool_role)
-from pettingllms_envs.moves import MOVES, parse_planner_answer, parse_program_output
+    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, move_examples, planner_role, tool_role)
+from pettingllms_envs.moves import MOVES, MoveListEnv, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult, split_of_seed
+from pettingllms_rllib.envs import split_of_seed
 
 Position = tuple[int, int]
 #: The ASCII legend shown to the agents (and accepted by :func:`level_from_ascii`).
@@ -392,7 +392,7 @@ _TOOL = tool_role("solves the level and prints the move list")
 _PLANNER = planner_role("the moves as 'Moves: U L ...'", parse_planner_answer)
 
 
-class SokobanEnv(ToolPlannerEnv):
+class SokobanEnv(MoveListEnv):
     """Env card: ``sokoban_v0``.
 
     Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
@@ -527,7 +527,6 @@ class SokobanEnv(ToolPlannerEnv):
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
             return self._observe_compact(agent)
-        example, example_line = self.example_answer()
         state = self.state
         height, width = len(state.grid), len(state.grid[0])
         on_goal = len(set(state.boxes) & set(state.goals))
@@ -545,35 +544,20 @@ class SokobanEnv(ToolPlannerEnv):
             "A walk into a wall, or a push into a wall or another box, is invalid and ends the "
             "answer. A box pushed into a corner without a goal is stuck for good.",
         ]
-        if agent == "tool":
-            lines.append(
-                "You are the tool agent. Write a Python program in a ```python fenced block that "
-                "solves this level from the current state (e.g. breadth-first search over "
-                "(player position, box positions) states; embed the map in the program, it gets "
-                f"no input) and prints the moves on one line, e.g. print({example!r}). It runs "
-                f"in a sandbox with a {self.sandbox_limits.wall_time_s:g} s limit.")
-        else:
-            lines += [
-                f"Tool agent's latest result:\n{self.tool_report}",
-                "You are the planner. Decide the moves that put every box on a goal from the "
-                f"current state (at most {self.max_moves_per_turn}) and end with one line "
-                f"'Moves: <moves>', e.g. '{example_line}'.",
-            ]
+        lines += self._role_lines(
+            agent, program="solves this level from the current state (e.g. breadth-first "
+                           "search over (player position, box positions) states; embed the map "
+                           "in the program, it gets no input) and ",
+            goal="that put every box on a goal from the current state")
         return "\n".join(lines)
 
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
-        example, example_line = self.example_answer()
         lines = ["Push each box X onto a goal O. # wall, _ floor, P you, V box on goal, "
                  "S you on goal.",
                  render_level(self.state),
                  "U=up, D=down, L=left, R=right."]
-        if agent == "tool":
-            lines.append(f'Write a ```python block that prints the moves, like: print({example!r})')
-        else:
-            lines += [f"Tool: {clip_text(self.tool_report, 120)}",
-                      f"Answer with one line like: {example_line}"]
-        return "\n".join(lines)
+        return "\n".join(lines + self._compact_role_lines(agent))
 
     # ------------------------------------------------------------------ stages
     def _moves_so_far(self) -> str:
@@ -585,9 +569,6 @@ class SokobanEnv(ToolPlannerEnv):
     def _example_candidates(self) -> list[tuple[str, str]]:
         return move_examples(("U L", "D R", "L U", "R D", "U U", "D D", "L L", "R R"))
 
-    def _parse_tool_output(self, stdout: str) -> ParseResult:
-        return parse_program_output(stdout)
-
     def _solved(self) -> bool:
         return self.state.solved
 
@@ -595,13 +576,8 @@ class SokobanEnv(ToolPlannerEnv):
         return simulate_moves(self.state, moves, rewards=self.reward_config,
                               max_moves=self.max_moves_per_turn)
 
-    def _apply_planner(self, parsed: ParseResult) -> tuple[float, str]:
-        if not parsed.ok:
-            return self.invalid_action_penalty, f"Answer not understood: {parsed.error}."
-        outcome = self._simulate(parsed.value)
+    def _take_outcome(self, outcome: MoveOutcome) -> None:
         self.state = outcome.level
-        self.moves_taken.extend(outcome.applied)
-        return outcome.reward, outcome.describe() + "."
 
 
 # ------------------------------------------------------------------------------ validation
