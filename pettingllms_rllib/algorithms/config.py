@@ -339,10 +339,9 @@ class ATGRPOConfig(AlgorithmConfig):
 
     @property
     def model_spec_dict(self) -> dict[str, Any]:
-        spec = {"name_or_path": self.llm_model, "dtype": self.model_dtype, "seed": self.seed or 0}
-        if self.tiny_model_config is not None:
-            spec["tiny_config"] = dict(self.tiny_model_config)
-        return spec
+        from pettingllms_rllib.models.loading import ModelSpec
+
+        return ModelSpec.fields_of_config(vars(self))
 
     def rl_module_model_config(self) -> dict[str, Any]:
         config = {"model": self.model_spec_dict, "temperature": self.temperature,

@@ -207,11 +207,8 @@ def checkpoint_policies(checkpoint: str | Path) -> Policies:
     for module_id in sorted(multi_module.keys()):
         module = multi_module[module_id]
         modules[module_id] = _ActivatedModel(module)
-    spec = {"name_or_path": config["llm_model"], "dtype": config["model_dtype"],
-            "seed": config["seed"] or 0}
-    if config.get("tiny_model_config") is not None:
-        spec["tiny_config"] = dict(config["tiny_model_config"])
-    return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(ModelSpec(**spec)),
+    spec = ModelSpec(**ModelSpec.fields_of_config(config))
+    return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(spec),
                     source=f"checkpoint {checkpoint}", model=config["llm_model"])
 
 

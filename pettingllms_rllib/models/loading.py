@@ -98,6 +98,17 @@ class ModelSpec:
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
+    @staticmethod
+    def fields_of_config(config: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec's fields from an ``ATGRPOConfig``'s attributes (``vars(config)``, or the
+        config dict a checkpoint stores): ``llm_model``, ``model_dtype``, ``seed`` and
+        ``tiny_model_config``. A plain dict, so RLModule configs can carry it."""
+        fields = {"name_or_path": config["llm_model"], "dtype": config["model_dtype"],
+                  "seed": config.get("seed") or 0}
+        if config.get("tiny_model_config") is not None:
+            fields["tiny_config"] = dict(config["tiny_model_config"])
+        return fields
+
     @classmethod
     def coerce(cls, value: "ModelSpec | str | Mapping[str, Any] | None") -> "ModelSpec":
         """Accept the forms a user config may hold: a spec, a name, a dict of fields, or None."""
