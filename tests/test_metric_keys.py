@@ -100,10 +100,21 @@ def test_every_constant_says_what_it_measures():
 
 
 # ------------------------------------------------------------------- (c) documented keys
+def _rllib_keys_we_log() -> set[str]:
+    """Keys this library logs under RLlib's own constants (imported, not redefined)."""
+    from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN,
+                                         EVALUATION_RESULTS, NUM_EPISODES)
+
+    return {f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}", f"{EVALUATION_RESULTS}/{NUM_EPISODES}"}
+
+
 def _resolves(key: str) -> bool:
     """Whether a documented key (``<module>``-style placeholders allowed) is a key of
-    metric_keys: a group path, one of the group's values, and the name under it for keys
-    whose value is a dict by module or part (``at_grpo/time_s/<part>``)."""
+    metric_keys (a group path, one of the group's values, and the name under it for keys
+    whose value is a dict by module or part, ``at_grpo/time_s/<part>``), or one of the RLlib
+    keys this library logs."""
+    if key in _rllib_keys_we_log():
+        return True
     parts = key.split("/")
     for group, members in keys.GROUPS.items():
         prefix = group.split("/") if group else []

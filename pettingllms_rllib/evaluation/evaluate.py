@@ -33,6 +33,7 @@ from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
 from pettingllms_rllib.envs.registry import make_text_env
+from pettingllms_rllib.metric_keys import ENV_RUNNERS, NUM_GENERATED_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -366,5 +367,5 @@ def training_budget_of(checkpoint: str | Path) -> dict[str, Any] | None:
     for line in results.read_text().splitlines():
         row = json.loads(line)
         if row.get("training_iteration", 0) <= iteration:
-            tokens += int(row.get("env_runners", {}).get("num_generated_tokens", 0) or 0)
+            tokens += int(row.get(ENV_RUNNERS, {}).get(NUM_GENERATED_TOKENS, 0) or 0)
     return {"iterations": iteration, "generated_tokens": tokens}

@@ -232,21 +232,23 @@ def test_greedy_decoding_equals_transformers_generate_token_for_token(tiny):
 
 
 def test_the_kv_cache_is_allocated_once_and_written_in_place(tiny):
-    from pettingllms_rllib.engines.hf_engine import PreallocatedLayer, preallocated_cache
+    from pettingllms_rllib.engines.hf_engine import (PreallocatedLayer, _cache_kwarg,
+                                                     preallocated_cache)
 
     model, _ = tiny
     cache = preallocated_cache(model, capacity=12)
+    cache_arg = {_cache_kwarg(model): cache}
     assert all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():
-        model(input_ids=ids, use_cache=True, past_key_values=cache)
+        model(input_ids=ids, use_cache=True, **cache_arg)
         storage = cache.layers[0]._keys.data_ptr()
         for step in range(3):
-            model(input_ids=torch.tensor([[9]]), use_cache=True, past_key_values=cache,
+            model(input_ids=torch.tensor([[9]]), use_cache=True, **cache_arg,
                   position_ids=torch.tensor([[4 + step]]))
     assert cache.layers[0]._keys.data_ptr() == storage
     assert cache.get_seq_length() == 7 and cache.layers[0].keys.shape[2] == 7
     with pytest.raises(RuntimeError, match="capacity"):
         with torch.no_grad():
             model(input_ids=torch.ones((1, 6), dtype=torch.long), use_cache=True,
-                  past_key_values=cache, position_ids=torch.arange(7, 13).unsqueeze(0))
+                  **cache_arg, position_ids=torch.arange(7, 13).unsqueeze(0))
