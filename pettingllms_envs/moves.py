@@ -6,6 +6,7 @@ a planner's move list is applied."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from pettingllms_envs.common import ToolPlannerEnv, clip_text
@@ -62,6 +63,36 @@ def parse_program_output(stdout: str) -> ParseResult:
         return parse_planner_answer(stdout)
     result = parse_move_tokens(stdout)
     return result if result.ok or stdout.strip() else ParseResult(error="program printed nothing")
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveListOutcome:
+    """What applying a move list did: the part every grid task shares. Subclasses add where
+    the moves led (:meth:`_where`) and what counts as done (:meth:`_done`)."""
+
+    reward: float
+    applied: tuple[str, ...]
+    invalid_move: str | None
+    ignored: int
+
+    def describe(self) -> str:
+        """One line for the tool's report and the planner's feedback."""
+        parts = [f"{len(self.applied)} move(s) applied, {self._where()}"]
+        if self.invalid_move:
+            parts.append(self.invalid_move)
+        if self.ignored:
+            parts.append(f"{self.ignored} move(s) ignored")
+        done = self._done()
+        if done:
+            parts.append(done)
+        return "; ".join(parts)
+
+    def _where(self) -> str:
+        raise NotImplementedError
+
+    def _done(self) -> str | None:
+        """What to say when the moves finished the task, else None."""
+        raise NotImplementedError
 
 
 class MoveListEnv(ToolPlannerEnv):

@@ -19,7 +19,7 @@ import numpy as np
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
     check_sandbox_limits, move_examples, planner_role, tool_role)
-from pettingllms_envs.moves import MOVES, MoveListEnv, parse_planner_answer
+from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 
 logger = logging.getLogger(__name__)
@@ -146,30 +146,24 @@ class RewardConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class MoveOutcome:
+class MoveOutcome(MoveListOutcome):
     """Result of applying a move list: where the agent ends, the shaped reward, what happened."""
 
     position: Position
-    reward: float
-    applied: tuple[str, ...]
     reached_goal: bool
     optimal: bool
-    invalid_move: str | None
-    ignored: int
 
     @property
     def solved(self) -> bool:
         return self.reached_goal
 
-    def describe(self) -> str:
-        parts = [f"{len(self.applied)} move(s) applied, now at {self.position}"]
-        if self.invalid_move:
-            parts.append(self.invalid_move)
-        if self.ignored:
-            parts.append(f"{self.ignored} move(s) ignored")
-        if self.reached_goal:
-            parts.append("goal reached" + (" on a shortest path" if self.optimal else ""))
-        return "; ".join(parts)
+    def _where(self) -> str:
+        return f"now at {self.position}"
+
+    def _done(self) -> str | None:
+        if not self.reached_goal:
+            return None
+        return "goal reached" + (" on a shortest path" if self.optimal else "")
 
 
 def simulate_moves(grid: Sequence[str], position: Position, goal: Position,
@@ -211,7 +205,9 @@ def simulate_moves(grid: Sequence[str], position: Position, goal: Position,
                 optimal = True
                 reward += rewards.optimal_bonus
             break
-    return MoveOutcome(pos, reward, tuple(applied), reached, optimal, invalid, len(moves) - used)
+    return MoveOutcome(reward=reward, applied=tuple(applied), invalid_move=invalid,
+                       ignored=len(moves) - used, position=pos, reached_goal=reached,
+                       optimal=optimal)
 
 
 # ------------------------------------------------------------------------------ the env

@@ -24,7 +24,7 @@ import numpy as np
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
     check_sandbox_limits, move_examples, planner_role, tool_role)
-from pettingllms_envs.moves import MOVES, MoveListEnv, parse_planner_answer
+from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
 
@@ -310,27 +310,19 @@ def box_distance(boxes: Iterable[Position], goals: Sequence[Position]) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class MoveOutcome:
+class MoveOutcome(MoveListOutcome):
     """Result of applying a move list: the new state, the reward and what happened."""
 
     level: SokobanLevel
-    reward: float
-    applied: tuple[str, ...]
     solved: bool
-    invalid_move: str | None
-    ignored: int
 
-    def describe(self) -> str:
+    def _where(self) -> str:
         on_goal = len(set(self.level.boxes) & set(self.level.goals))
-        parts = [f"{len(self.applied)} move(s) applied, player now at {self.level.player}, "
-                 f"{on_goal} of {len(self.level.goals)} box(es) on goals"]
-        if self.invalid_move:
-            parts.append(self.invalid_move)
-        if self.ignored:
-            parts.append(f"{self.ignored} move(s) ignored")
-        if self.solved:
-            parts.append("solved")
-        return "; ".join(parts)
+        return (f"player now at {self.level.player}, {on_goal} of {len(self.level.goals)} "
+                f"box(es) on goals")
+
+    def _done(self) -> str | None:
+        return "solved" if self.solved else None
 
 
 def simulate_moves(level: SokobanLevel, moves: Sequence[str], *, rewards: RewardConfig,
@@ -383,8 +375,9 @@ def simulate_moves(level: SokobanLevel, moves: Sequence[str], *, rewards: Reward
             solved = True
             reward += rewards.solve_bonus
             break
-    return MoveOutcome(level.with_state(player, boxes), reward, tuple(applied), solved, invalid,
-                       len(moves) - used)
+    return MoveOutcome(reward=reward, applied=tuple(applied), invalid_move=invalid,
+                       ignored=len(moves) - used, level=level.with_state(player, boxes),
+                       solved=solved)
 
 
 # ------------------------------------------------------------------------------ the env
