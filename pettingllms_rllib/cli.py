@@ -44,6 +44,7 @@ def _train(args: argparse.Namespace) -> int:
     from ray import tune
 
     from pettingllms_rllib.algorithms import ATGRPO
+    from pettingllms_rllib.best_checkpoint import BestCheckpoint
     from pettingllms_rllib.plotting import plot_experiment
     from pettingllms_rllib.progress import ProgressLine
     from pettingllms_rllib.trial_results import tidy_trial
@@ -71,7 +72,7 @@ def _train(args: argparse.Namespace) -> int:
                 name=experiment.name, storage_path=str(output), stop=experiment.stop,
                 # Tune's own tables off (Ray 2.60 ignores a ProgressReporter, and its table
                 # shows no success rate); ProgressLine logs one line per iteration instead.
-                callbacks=[progress], verbose=2 if args.verbose else 0,
+                callbacks=[progress, BestCheckpoint()], verbose=2 if args.verbose else 0,
                 checkpoint_config=_checkpoint_config(experiment)))
     results = tuner.fit()
     for trial_dir in sorted(p.parent for p in experiment_dir.glob("*/result.json")):
@@ -94,36 +95,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _checkpoint_config(experiment):
-    """Keep two checkpoints per trial: the latest (Tune always keeps it) and, with held-out
-    evaluation, the best by held-out success (else the one before the latest). Iterations
-    that did not evaluate score NaN, which Tune ranks below every number; equal scores rank
-    the newer first."""
+    """Tune keeps each trial's two newest checkpoints (what ``--resume`` needs); the best by
+    held-out success is copied apart by :class:`~pettingllms_rllib.best_checkpoint.BestCheckpoint`."""
     from ray import tune
 
-    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_SUCCESS
-
-    evaluates = any(config.evaluation_interval for config in experiment.configs)
-    return tune.CheckpointConfig(
-        checkpoint_frequency=experiment.checkpoint_frequency, checkpoint_at_end=True,
-        num_to_keep=2, checkpoint_score_attribute=HELD_OUT_SUCCESS if evaluates else None,
-        checkpoint_score_order="max")
-
-
-def _best_held_out(result) -> tuple[str, float, int] | None:
-    """(path, held-out success, iteration) of a trial's best evaluated checkpoint, if any."""
-    import math
-
-    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_SUCCESS
-
-    scored = [(metrics.get(HELD_OUT_SUCCESS), checkpoint, metrics)
-              for checkpoint, metrics in (result.best_checkpoints or [])]
-    scored = [(value, checkpoint, metrics) for value, checkpoint, metrics in scored
-              if isinstance(value, (int, float)) and math.isfinite(value)]
-    if not scored:
-        return None
-    value, checkpoint, metrics = max(scored, key=lambda item: (item[0],
-                                                               item[2]["training_iteration"]))
-    return checkpoint.path, float(value), int(metrics["training_iteration"])
+    return tune.CheckpointConfig(checkpoint_frequency=experiment.checkpoint_frequency,
+                                 checkpoint_at_end=True, num_to_keep=2)
 
 
 def _first_line(error: BaseException) -> str:
@@ -135,17 +112,20 @@ def _first_line(error: BaseException) -> str:
 
 def _summarise(results, experiment_dir: Path) -> None:
     """Where everything is, and the headline numbers of each trial's last iteration."""
+    from pettingllms_rllib.best_checkpoint import read_best
+    from pettingllms_rllib.metric_keys import HELD_OUT_SUCCESS
     from pettingllms_rllib.progress import progress_line
 
     logger.info("results: %s (tensorboard --logdir %s)", experiment_dir, experiment_dir)
     for result in results:
         checkpoint = result.checkpoint.path if result.checkpoint else "none"
         logger.info("%s: last checkpoint %s", Path(result.path).name, checkpoint)
-        best = _best_held_out(result)
-        if best is not None and best[0] != checkpoint:
+        best = read_best(result.path)
+        if best is not None:
             logger.info("%s: best held-out checkpoint %s (success %.3f at iteration %d; "
                         "picked on those instances, so optimistic there: "
-                        "docs/evaluation.md)", Path(result.path).name, *best)
+                        "docs/evaluation.md)", Path(result.path).name, best["path"],
+                        best[HELD_OUT_SUCCESS], best["training_iteration"])
         if result.metrics:
             logger.info("%s: final %s", Path(result.path).name, progress_line(result.metrics))
 

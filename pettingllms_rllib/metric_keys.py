@@ -34,8 +34,8 @@ AGENT = "agent"
 
 # --------------------------------------------------------------------------- top level
 #: ``held_out_success_rate``: this iteration's held-out success (``evaluation/success_rate``),
-#: NaN where it did not evaluate. A top-level key because Tune's
-#: ``checkpoint_score_attribute`` only looks one level deep.
+#: NaN where it did not evaluate; at the top level so a Tune callback or a user's
+#: ``checkpoint_score_attribute`` can read it (``best_checkpoint.py`` keeps the best by it).
 HELD_OUT_SUCCESS = "held_out_success_rate"
 
 # ----------------------------------------------------------------------- env_runners/...

@@ -86,6 +86,8 @@ FIVE_EVALUATED = GRID.replace("name: grid", "name: keep").replace(
 def test_the_latest_and_the_best_held_out_checkpoints_are_kept(tmp_path, caplog):
     import logging
 
+    from pettingllms_rllib.evaluation.evaluate import read_checkpoint_config, resolve_checkpoint
+
     config = tmp_path / "keep.yaml"
     config.write_text(textwrap.dedent(FIVE_EVALUATED))
     with caplog.at_level(logging.INFO, logger="pettingllms_rllib"):
@@ -95,10 +97,15 @@ def test_the_latest_and_the_best_held_out_checkpoints_are_kept(tmp_path, caplog)
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
     held_out = {row["training_iteration"]: row["held_out_success_rate"] for row in rows}
     assert sorted(i for i, v in held_out.items() if v == v) == [2, 4]  # NaN elsewhere
-    # Save k holds iteration k + 1. Kept: the two best evaluated (iterations 2 and 4; NaN
-    # ranks below every number) and the latest (iteration 5, which Tune always keeps).
+    # Tune keeps the two newest saves (save k holds iteration k + 1), as resuming needs.
     kept = sorted(int(p.name.split("_")[1]) for p in trial.glob("checkpoint_*"))
-    assert kept == [1, 3, 4]
+    assert kept == [3, 4]
+    # The best evaluated iteration (ties: the newer) is copied apart, with its record.
     best = max((2, 4), key=lambda i: (held_out[i], i))
-    assert (f"best held-out checkpoint {trial / f'checkpoint_{best - 1:06d}'} "
+    record = json.loads((trial / "best_checkpoint" / "held_out.json").read_text())
+    assert record == {"held_out_success_rate": held_out[best], "training_iteration": best,
+                      "copied_from": f"checkpoint_{best - 1:06d}"}
+    assert read_checkpoint_config(trial / "best_checkpoint")["env"] == "plan_path_v0"
+    assert resolve_checkpoint(trial).name == "checkpoint_000004"  # eval RUN_DIR: the newest
+    assert (f"best held-out checkpoint {trial / 'best_checkpoint'} "
             f"(success {held_out[best]:.3f} at iteration {best}; picked on those") in caplog.text
