@@ -1,12 +1,16 @@
 """Keep a copy of each trial's best checkpoint by held-out success, beside the ones Tune keeps.
 
 Tune's ``CheckpointConfig`` keeps the newest two checkpoints by recency. That is what
-``--resume`` needs: ranked by a score, Tune deletes the previous checkpoint as soon as a worse
-one is saved, and the experiment state of a run killed right then points at a checkpoint that
-no longer exists (the kill -9 fault test found this). So the best checkpoint is kept apart:
-when an iteration that evaluated on the held-out set (``held_out_success_rate``) scores at least
-as well as every earlier one, its checkpoint is copied to ``<trial>/best_checkpoint/``, with
-``held_out.json`` saying which iteration and score it holds. Equal scores go to the newer one.
+``--resume`` needs: Tune deletes an old checkpoint as soon as a newer one is registered and
+saves the experiment state (what a resume reads) one controller step later, so a run killed in
+that window cannot resume (the kill -9 fault test hit it). Ranked by a score, the deleted one
+is the previous checkpoint itself, which widens the window to every save. So the best
+checkpoint is kept apart: when an iteration that evaluated on the held-out set
+(``held_out_success_rate``) scores at least as well as every earlier one, its checkpoint is
+copied to ``<trial>/best_checkpoint/``, with ``held_out.json`` saying which iteration and score
+it holds. Equal scores go to the newer one. The copy runs on a worker thread, so the callback
+returns at once and Tune's state save is not delayed (a slow copy there widened the window
+too); the callback waits for pending copies when the experiment ends.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import logging
 import math
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +78,10 @@ class BestCheckpoint(Callback):
 
     def __init__(self):
         self._scored: dict[str, tuple[int, float]] = {}
+        self._copies = None  # one worker thread, created on first use (not pickled by Tune)
+
+    def __getstate__(self):
+        return {"_scored": dict(self._scored), "_copies": None}
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         value = result.get(HELD_OUT_SUCCESS)
@@ -85,7 +94,18 @@ class BestCheckpoint(Callback):
         scored = self._scored.pop(trial.trial_id, None)
         if scored is None or (trial.last_result or {}).get("training_iteration") != scored[0]:
             return  # this save is not of an evaluated iteration
-        try:
-            keep_if_best(checkpoint.path, scored[1], scored[0])
-        except OSError as exc:  # a full disk: Tune's own checkpoints are unaffected
-            logger.warning("could not copy the best checkpoint of %s (%s)", trial, exc)
+        if self._copies is None:
+            self._copies = ThreadPoolExecutor(max_workers=1, thread_name_prefix="best-ckpt")
+        self._copies.submit(_copy_logging_errors, checkpoint.path, scored, str(trial))
+
+    def on_experiment_end(self, trials, **info) -> None:
+        if self._copies is not None:
+            self._copies.shutdown(wait=True)
+            self._copies = None
+
+
+def _copy_logging_errors(path: str, scored: tuple[int, float], trial: str) -> None:
+    try:
+        keep_if_best(path, scored[1], scored[0])
+    except OSError as exc:  # a full disk, or Tune deleted the source: its own are unaffected
+        logger.warning("could not copy the best checkpoint of %s (%s)", trial, exc)
