@@ -9,8 +9,8 @@ call), alternating within every repetition so drift in machine load hits both:
 * one ``run_python`` of a trivial program (the sandbox's start-up);
 * one ``run_python_batch`` of a judged-solution-like program on ``--inputs`` inputs (bubblewrap
   starts one sandbox per input, nothing shared; unshare forks them from one harness);
-* judging HumanEval/0's canonical solution on its 7 tests with ``run_tests`` (two sandboxed
-  stages per test: the solution's run and the clean replay).
+* judging HumanEval/0's canonical solution on its 7 tests with ``run_tests`` (per test, two
+  sandboxes at once: the judge holding the test and the solution answering its calls).
 
 Every repetition checks that both launchers produced the same outputs. Prints markdown rows.
 """

@@ -23,26 +23,25 @@ Two kinds of problems (see :mod:`pettingllms_envs.code_data`):
 
 Where the verdict comes from (reward integrity)
 ------------------------------------------------
-The submission is optimised to raise its reward, so nothing it can write decides a verdict.
-Its process (stage 1, :func:`harness_program`, one sandboxed run per test) is never given an
-expected value, a nonce or anything else to forge: a call test's stdin holds the call's
-arguments only, and the process reports nothing but what the function *returned*, encoded as
-plain data (:mod:`pettingllms_envs.code_values`). The verdict is computed outside it:
+The submission is optimised to raise its reward, so nothing it can write decides a verdict,
+and no expected value ever enters its process.
 
-* call tests: on the host, by :func:`same_value` between the decoded value and the expected
-  literal, which never enters the sandbox;
-* script tests (HumanEval's asserts): stage 1 runs the unit with ``candidate`` recording each
-  call's arguments and returned value (an assert failing there decides nothing); then a second
-  sandboxed run (stage 2, :func:`judge_program`) that contains no submitted code replays the
-  unit with ``candidate`` answering from those records in call order (a call with other
-  arguments than in the run fails) and the unit's own asserts decide; both stages seed
-  ``random`` with 0, so tests that draw their inputs agree.
+* **call tests**: one sandboxed run per test (:func:`harness_program`) gets the call's
+  arguments only and reports nothing but what the function *returned*, encoded as plain data
+  (:mod:`pettingllms_envs.code_values`); the host compares it with the expected literal
+  (:func:`same_value`).
+* **script tests** (HumanEval's asserts): two sandboxes per test, talking only over pipes
+  (:func:`~pettingllms_envs.sandbox.run_python_pair`). The judge (:func:`script_judge_program`)
+  holds the trusted code only, the problem's starter code and the test, and runs the test with
+  ``candidate`` asking the other sandbox for each call; the submission's side
+  (:func:`answerer_program`) sees each call's arguments and answers with the returned value as
+  data (or the exception it raised). The test's own asserts decide, and the verdict is the
+  judge's exit status, which the submission cannot reach. ``random`` is seeded with 0 in the
+  judge, so tests that draw their inputs are reproducible.
 
 A submission that writes fake reports, exits early or fills its output can at worst be read as
 having returned some plain value, which it could have returned honestly; it cannot be read as
-having passed. What this does not stop: in a script test the unit's text (its expected values
-included) is in stage 1's memory, so a program that searches its own process for the test and
-returns what the assert wants passes it (see docs/sandbox.md, "not defended").
+having passed, and searching its own memory finds no test to copy.
 """
 
 from __future__ import annotations
@@ -61,13 +60,17 @@ from typing import Callable, Sequence
 from pettingllms_envs.code_data import CodeProblem, TestCase
 from pettingllms_envs.code_values import decode as decode_value
 from pettingllms_envs.common import clip_text
-from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python_batch
+from pettingllms_envs.sandbox import (PairResult, SandboxLimits, SandboxResult, run_python_batch,
+                                      run_python_pair)
 
 logger = logging.getLogger(__name__)
 
 #: ``(program, stdins) -> one SandboxResult per stdin``: what runs programs on test inputs
 #: (the sandbox by default; a remote executor or a fake in tests).
 BatchRunner = Callable[[str, Sequence[str]], Sequence[SandboxResult]]
+#: ``(judge program, answerer program) -> PairResult``: what runs a script test's two sides,
+#: connected by pipes (:func:`~pettingllms_envs.sandbox.run_python_pair` by default).
+PairRunner = Callable[[str, str], PairResult]
 #: Characters of a program's output (or returned value's repr) kept in a :class:`TestOutcome`.
 GOT_CHARS = 1_000
 RESULT_MARKER = "__pettingllms_harness_result__"
@@ -159,9 +162,9 @@ CODEC_SOURCE = (Path(__file__).parent / "code_values.py").read_text(encoding="ut
 
 _HARNESS = r"""
 def _build(ast, json, os, sys, builtins, codec):
-    # Stage 1, with the submission: run ONE test's calls and report only what the function
-    # returned, encoded as data. No expected value, no nonce and no verdict exist in this
-    # process; everything used after the solution ran is bound before it runs.
+    # A call test, with the submission: make ONE test's call and report only what the
+    # function returned, encoded as data. No expected value, no nonce and no verdict exist in
+    # this process; everything used after the solution ran is bound before it runs.
     parse, fix_locations = ast.parse, ast.fix_missing_locations
     Call, Name, Attribute, Load, Expression = ast.Call, ast.Name, ast.Attribute, ast.Load, \
         ast.Expression
@@ -171,11 +174,8 @@ def _build(ast, json, os, sys, builtins, codec):
     encode = codec["encode"]
     type_, str_, isinstance_, getattr_, dict_, exec_, compile_, eval_, list_ = (
         type, str, isinstance, getattr, dict, exec, compile, eval, list)
-    base_exception, assertion_error = BaseException, AssertionError
-    import random
-    seed = random.seed
-    prelude = ("from typing import *\n"
-               "import bisect, collections, functools, heapq, itertools, math, re, string\n")
+    base_exception = BaseException
+    prelude = PRELUDE
 
     def describe(exc):
         text = str_(exc)
@@ -213,42 +213,24 @@ def _build(ast, json, os, sys, builtins, codec):
         dup2(open_fd(devnull, write_only), 1)
         calls = []
         report = {"calls": calls, "error": ""}
-
-        def recorded(function):
-            def candidate(*args, **kwargs):
-                entry_ = [key(args, kwargs), None]
-                calls.append(entry_)
-                try:
-                    value = function(*args, **kwargs)
-                except base_exception as exc:
-                    entry_[1] = {"raised": describe(exc)}
-                    raise
-                try:
-                    entry_[1] = {"value": encode(value)}
-                except base_exception as exc:
-                    entry_[1] = {"refused": describe(exc)}
-                return value
-            return candidate
-
         try:
             scope = {"__name__": "solution", "__builtins__": builtins}
             exec_(prelude, scope)
             exec_(compile_(solution, "solution.py", "exec"), scope)
             owner, _, method = entry.rpartition(".")
             function = getattr_(scope[owner](), method) if owner else scope[method]
-            candidate = recorded(function)
-            if unit["mode"] == "script":
-                scope["candidate"] = candidate
-                if not owner:  # a test may call the function by its own name (HumanEval/33)
-                    scope[method] = candidate
-                seed(0)  # stage 2 replays with the same seed: tests that draw inputs agree
-                try:
-                    exec_(compile_(unit["script"], "test.py", "exec"), scope)
-                except assertion_error:
-                    pass  # the verdict is not this process's to give
-            else:
-                args, kwargs = arguments(unit["input"], scope, method)
-                candidate(*args, **kwargs)
+            args, kwargs = arguments(unit["input"], scope, method)
+            entry_ = [key(args, kwargs), None]
+            calls.append(entry_)
+            try:
+                value = function(*args, **kwargs)
+            except base_exception as exc:
+                entry_[1] = {"raised": describe(exc)}
+                raise
+            try:
+                entry_[1] = {"value": encode(value)}
+            except base_exception as exc:
+                entry_[1] = {"refused": describe(exc)}
         except base_exception as exc:
             report["error"] = describe(exc)
         try:
@@ -267,78 +249,212 @@ exec(CODEC, _codec)
 _build(ast, json, os, sys, builtins, _codec)(_SOLUTION, _ENTRY)
 """
 
-_JUDGE = r"""
-# Stage 2, without the submission: replay a script test with `candidate` answering from the
-# values stage 1 recorded, in call order, and let the test's own asserts decide. Exit 0: passed;
-# exit 1: an assert failed; exit 2: the test could not run (message on stderr).
-import json, random, sys
+_ANSWERER = r"""
+def _build(json, os, builtins, codec):
+    # A script test, the submission's side: answer the judge's calls. The test never enters
+    # this process: each request line holds one call's arguments, each answer line what the
+    # function returned (as data), what it raised, or why the solution could not run.
+    loads, dumps, write, exit_now = json.loads, json.dumps, os.write, os._exit
+    encode, decode = codec["encode"], codec["decode"]
+    type_, str_, getattr_, exec_, compile_, list_, dict_ = (
+        type, str, getattr, exec, compile, list, dict)
+    base_exception = BaseException
+    requests = os.fdopen(os.dup(0), "rb")
+    answers = os.dup(1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the solution's own reads and prints
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stay out of the conversation
+
+    def describe(exc):
+        text = str_(exc)
+        return (type_(exc).__name__ + (": " + text if text else ""))[:300]
+
+    def answer(document):
+        try:
+            data = (dumps(document) + "\n").encode("utf-8", "replace")
+        except base_exception as exc:
+            data = (dumps({"failed": "unreportable answer: " + describe(exc)}) + "\n").encode()
+        while data:
+            data = data[write(answers, data):]
+
+    def main(solution, entry):
+        # The submission runs only after the judge's first call: by then the judge has removed
+        # its program file (the test's text), which matters where both sides share a uid.
+        line = requests.readline(MAX_MESSAGE + 1)
+        function, failure = None, ""
+        try:
+            scope = {"__name__": "solution", "__builtins__": builtins}
+            exec_(PRELUDE, scope)
+            exec_(compile_(solution, "solution.py", "exec"), scope)
+            owner, _, method = entry.rpartition(".")
+            function = getattr_(scope[owner](), method) if owner else scope[method]
+        except base_exception as exc:
+            failure = "the solution could not run: " + describe(exc)
+        while True:
+            if not line.endswith(b"\n"):
+                exit_now(0)  # the judge is done (or sent too much)
+            answer(respond(line, function, failure))
+            line = requests.readline(MAX_MESSAGE + 1)
+
+    def respond(line, function, failure):
+        if failure:
+            return {"failed": failure}
+        try:
+            args, kwargs = decode(loads(line)["args"])
+            args, kwargs = list_(args), dict_(kwargs)
+        except base_exception:
+            return {"failed": "the judge sent a malformed call"}
+        try:
+            value = function(*args, **kwargs)
+        except base_exception as exc:
+            return {"raised": str_(exc)[:300], "type": type_(exc).__name__}
+        try:
+            return {"value": encode(value)}
+        except base_exception as exc:
+            return {"refused": describe(exc)}
+
+    return main
+
+
+import builtins, json, os
 _codec = {}
 exec(CODEC, _codec)
-unit = json.loads(sys.stdin.read())
-calls = [(c[0], c[1]) for c in unit["calls"]]
-position = [0]
+_build(json, os, builtins, _codec)(_SOLUTION, _ENTRY)
+"""
+
+_SCRIPT_JUDGE = r"""
+# A script test, the judge's side: trusted code only (the problem's starter code and the
+# test). `candidate` sends each call's arguments to the submission's sandbox (stdout) and reads
+# its answer (stdin); the test's own asserts decide. Exit PASSED: passed; FAILED: an assert
+# failed; UNJUDGEABLE: the test could not finish. A report line on stderr gives the last
+# returned value and the reason.
+import builtins, json, os, random, sys
+try:
+    os.unlink(__file__)  # the test's text lives on in this process only (see the answerer)
+except OSError:
+    pass
+_codec = {}
+exec(CODEC, _codec)
+_requests = os.dup(1)
+_answers = os.fdopen(os.dup(0), "rb")
+os.dup2(2, 1)  # the test's own prints go to stderr, never into the conversation
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+_last = [""]
+
+
+class _Unjudgeable(BaseException):
+    # Not an Exception: a test's `except Exception` cannot swallow a broken conversation.
+    pass
+
+
+def _raised(answer):
+    kind = getattr(builtins, str(answer.get("type", "")), None)
+    message = str(answer.get("raised", ""))
+    if isinstance(kind, type) and issubclass(kind, Exception) and kind is not AssertionError:
+        return kind(message)
+    return RuntimeError(message)
 
 
 def candidate(*args, **kwargs):
-    if position[0] >= len(calls):
-        raise AssertionError("the test called the function more often than the run did")
-    recorded_key, outcome = calls[position[0]]
-    position[0] += 1
     try:
-        key = _codec["encode"]([list(args), dict(kwargs)])
-    except TypeError:
-        key = None
-    if recorded_key is None or key != recorded_key:
-        raise AssertionError("the function was called with other arguments in the run")
-    if "value" not in outcome:
-        raise AssertionError("the function " + ("raised " + outcome["raised"]
-                             if "raised" in outcome else outcome.get("refused", "failed")))
-    return _codec["decode"](outcome["value"])
+        data = (json.dumps({"args": _codec["encode"]([list(args), dict(kwargs)])}) + "\n").encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _Unjudgeable("the test passes a value that cannot be sent to the program: "
+                           + str(exc)[:200]) from None
+    try:
+        while data:
+            data = data[os.write(_requests, data):]
+    except OSError:
+        raise _Unjudgeable("the program ended before it was called") from None
+    line = _answers.readline(MAX_MESSAGE + 1)
+    if not line.endswith(b"\n"):
+        raise _Unjudgeable("the program's answer is too long" if len(line) > MAX_MESSAGE
+                           else "the program ended without answering")
+    try:
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError
+        if "value" in answer:
+            value = _codec["decode"](answer["value"])
+            _last[0] = repr(value)[:GOT_CHARS]
+            return value
+    except (ValueError, TypeError, KeyError, RecursionError):
+        raise _Unjudgeable("the program's answer is not a plain value") from None
+    if "raised" in answer:
+        raise _raised(answer)
+    if "refused" in answer:
+        raise _Unjudgeable(str(answer["refused"])[:300] + "; only built-in values (numbers, "
+                           "strings, lists, tuples, dicts, sets, None) are compared")
+    raise _Unjudgeable(str(answer.get("failed", "the program's answer is not a value"))[:300])
 
 
-scope = {"__name__": "solution", "candidate": candidate}
-exec(unit["starter"], scope)
-scope["candidate"] = candidate
-if unit["entry"] and "." not in unit["entry"]:
-    scope[unit["entry"]] = candidate
-exec("from typing import *\nimport bisect, collections, functools, heapq, itertools, math, "
-     "re, string\n", scope)
-random.seed(0)
+_code, _error = UNJUDGEABLE, ""
 try:
-    exec(compile(unit["script"], "test.py", "exec"), scope)
+    _scope = {"__name__": "solution"}
+    exec(STARTER, _scope)  # the prompt's helpers (HumanEval/38's encode_cyclic)
+    _scope["candidate"] = candidate
+    if ENTRY and "." not in ENTRY:  # a test may call the function by its name (HumanEval/33)
+        _scope[ENTRY] = candidate
+    exec(PRELUDE, _scope)
+    random.seed(0)
+    exec(compile(SCRIPT, "test.py", "exec"), _scope)
+    _code = PASSED
 except AssertionError as exc:
-    sys.stderr.write("assertion failed: " + str(exc)[:300])
-    sys.exit(1)
+    _code, _error = FAILED, ""
 except BaseException as exc:
-    sys.stderr.write((type(exc).__name__ + ": " + str(exc))[:300])
-    sys.exit(2)
+    _error = (type(exc).__name__ + ": " + str(exc))[:300] if not isinstance(exc, _Unjudgeable)         else str(exc)
+sys.stderr.write("\n" + MARKER + json.dumps({"got": _last[0], "error": _error}) + "\n")
+sys.stderr.flush()
+os._exit(_code)
 """
+
+#: Exit statuses of :func:`script_judge_program` (clear of the interpreter's own 1 and 2).
+SCRIPT_PASSED, SCRIPT_FAILED, SCRIPT_UNJUDGEABLE = 0, 10, 11
+#: Longest request or answer line (bytes) in a script test's conversation.
+MAX_MESSAGE_BYTES = 1 << 20
+#: Names every judged program sees, as HumanEval's prompts assume.
+PRELUDE = ("from typing import *\n"
+           "import bisect, collections, functools, heapq, itertools, math, re, string\n")
 
 
 def harness_program(problem: CodeProblem, code: str) -> str:
-    """Stage 1 of a function problem's test: the program that runs one test unit (JSON on
-    stdin, without its expected values) against the solution ``code`` (assembled by
-    :func:`solution_program`) and prints what the function returned, as data."""
+    """A call test's program: runs one test's call (JSON on stdin, without its expected value)
+    against the solution ``code`` (assembled by :func:`solution_program`) and prints what the
+    function returned, as data."""
+    return _with_solution(problem, code, _HARNESS)
+
+
+def answerer_program(problem: CodeProblem, code: str) -> str:
+    """A script test, the submission's side: answers the judge's calls, one line each, with
+    what the solution ``code`` returned (see the module docstring)."""
+    return _with_solution(problem, code, _ANSWERER)
+
+
+def script_judge_program(problem: CodeProblem, test: TestCase) -> str:
+    """A script test, the judge's side: trusted code only (``test``'s statements and the
+    problem's starter code when it is valid Python), asking the submission's sandbox for each
+    ``candidate`` call; its exit status is the verdict (:data:`SCRIPT_PASSED`, ...)."""
+    if test.script is None:
+        raise ValueError("script_judge_program needs a script test")
+    starter = problem.starter_code if _is_complete_python(problem.starter_code) else ""
+    return (f"CODEC = {CODEC_SOURCE!r}\nMARKER = {RESULT_MARKER!r}\nSCRIPT = {test.script!r}\n"
+            f"STARTER = {starter!r}\nENTRY = {problem.entry_point or ''!r}\n"
+            f"PRELUDE = {PRELUDE!r}\nMAX_MESSAGE = {MAX_MESSAGE_BYTES}\n"
+            f"GOT_CHARS = {GOT_CHARS}\nPASSED, FAILED, UNJUDGEABLE = {SCRIPT_PASSED}, "
+            f"{SCRIPT_FAILED}, {SCRIPT_UNJUDGEABLE}\n") + _SCRIPT_JUDGE
+
+
+def _with_solution(problem: CodeProblem, code: str, body: str) -> str:
     if problem.kind != "function" or not problem.entry_point:
         raise ValueError(f"{problem.id}: harness programs are for function problems")
     program = solution_program(problem, code)
-    header = (f"_SOLUTION = {program!r}\n_ENTRY = {problem.entry_point!r}\n"
-              f"MARKER = {RESULT_MARKER!r}\nCODEC = {CODEC_SOURCE!r}\n")
-    return header + _HARNESS
-
-
-def judge_program() -> str:
-    """Stage 2 of a script test: trusted code only (the test and the problem's starter code),
-    replaying the values stage 1 recorded (see the module docstring)."""
-    return f"CODEC = {CODEC_SOURCE!r}\n" + _JUDGE
+    return (f"_SOLUTION = {program!r}\n_ENTRY = {problem.entry_point!r}\n"
+            f"MARKER = {RESULT_MARKER!r}\nCODEC = {CODEC_SOURCE!r}\nPRELUDE = {PRELUDE!r}\n"
+            f"MAX_MESSAGE = {MAX_MESSAGE_BYTES}\n") + body
 
 
 def _unit_stdin(test: TestCase) -> str:
-    """What stage 1 reads: a call test's input only (never its expected output), or the
-    script."""
-    if test.script is not None:
-        return json.dumps({"mode": "script", "script": test.script})
-    return json.dumps({"mode": "call", "input": test.input})
+    """What a call test's program reads: the call's input only, never its expected output."""
+    return json.dumps({"input": test.input})
 
 
 def stdio_input(text: str) -> str:
@@ -417,8 +533,8 @@ def same_value(expected, got, tolerance: float | None) -> bool:
     return expected == got
 
 
-def _stage_one_report(result: SandboxResult) -> dict | str:
-    """The last report line of a stage-1 run, or why there is none."""
+def _call_report(result: SandboxResult) -> dict | str:
+    """The last report line of a call test's run, or why there is none."""
     for line in reversed(result.stdout.split("\n")):
         if line.startswith(RESULT_MARKER):
             try:
@@ -434,7 +550,7 @@ def _stage_one_report(result: SandboxResult) -> dict | str:
 
 
 def _last_value(report: dict) -> tuple[str, str]:
-    """``(repr of the last returned value, why there is none)`` from a stage-1 report."""
+    """``(repr of the last returned value, why there is none)`` from a call test's report."""
     if not report["calls"]:
         return "", report["error"] or "the function was never called"
     entry = report["calls"][-1]
@@ -454,7 +570,7 @@ def _last_value(report: dict) -> tuple[str, str]:
 
 def _call_outcome(test: TestCase, result: SandboxResult,
                   float_tolerance: float | None) -> TestOutcome:
-    report = _stage_one_report(result)
+    report = _call_report(result)
     if isinstance(report, str):
         return TestOutcome(False, "", clip_text(report, GOT_CHARS))
     got, why = _last_value(report)
@@ -468,46 +584,72 @@ def _call_outcome(test: TestCase, result: SandboxResult,
     return TestOutcome(same_value(expected, value, float_tolerance), got)
 
 
-def _script_outcomes(problem: CodeProblem, tests: list[TestCase],
-                     results: Sequence[SandboxResult], runner: BatchRunner,
-                     task_name: str) -> list[TestOutcome]:
-    """Stage 2 for script tests: one clean run per test replays the recorded values."""
-    reports = [_stage_one_report(r) for r in results]
-    starter = problem.starter_code if _is_complete_python(problem.starter_code) else ""
-    pending = [i for i, report in enumerate(reports) if not isinstance(report, str)]
-    stdins = [json.dumps({"script": tests[i].script, "calls": reports[i]["calls"],
-                          "starter": starter, "entry": problem.entry_point or ""})
-              for i in pending]
-    verdicts = _run_batch(runner, judge_program(), stdins, task_name) if stdins else []
-    outcomes: list[TestOutcome] = []
-    by_index = dict(zip(pending, verdicts)) if not isinstance(verdicts, str) else {}
-    for i, report in enumerate(reports):
-        if isinstance(report, str):
-            outcomes.append(TestOutcome(False, "", clip_text(report, GOT_CHARS)))
+def _judge_report(result: SandboxResult) -> dict:
+    """The last report line a script judge wrote on stderr (``got``, ``error``), or empty."""
+    for line in reversed(result.stderr.split("\n")):
+        if line.startswith(RESULT_MARKER):
+            try:
+                report = json.loads(line[len(RESULT_MARKER):])
+            except (ValueError, RecursionError):
+                return {}
+            if isinstance(report, dict):
+                return {k: v for k, v in report.items() if isinstance(v, str)}
+            return {}
+    return {}
+
+
+def _script_outcome(pair: PairResult) -> TestOutcome:
+    """A script test's verdict: the judge's exit status. The reason, if any: the program's
+    side's failure when it failed (a limit, a crash: the judge then only saw it go quiet), else
+    the judge's report."""
+    judge, program = pair.judge, pair.program
+    report = _judge_report(judge)
+    got = clip_text(report.get("got", ""), GOT_CHARS)
+    if judge.ok and judge.exit_code == SCRIPT_PASSED and not judge.timed_out:
+        return TestOutcome(True, got)
+    if judge.exit_code == SCRIPT_FAILED and not judge.timed_out:
+        return TestOutcome(False, got)
+    if not program.ok:  # killed, over a limit or exited: more telling than the judge's EOF
+        reason = program.describe_failure()
+    else:
+        reason = report.get("error") or judge.describe_failure() or "the test could not be judged"
+    return TestOutcome(False, got, clip_text(reason, GOT_CHARS))
+
+
+def _script_outcomes(problem: CodeProblem, code: str, tests: list[TestCase],
+                     pair_runner: PairRunner, task_name: str) -> list[TestOutcome]:
+    """One judge/answerer pair per script test, one test after another."""
+    answerer = answerer_program(problem, code)
+    outcomes = []
+    for test in tests:
+        try:
+            pair = pair_runner(script_judge_program(problem, test), answerer)
+        except Exception as exc:  # an executor failure must not crash a training run
+            logger.warning("%s: script-test runner raised %r", task_name, exc)
+            outcomes.append(TestOutcome(False, "", f"the program could not be run "
+                                                   f"({type(exc).__name__})"))
             continue
-        got, _ = _last_value(report)
-        verdict = by_index.get(i)
-        if verdict is None:
-            outcomes.append(TestOutcome(False, got, verdicts if isinstance(verdicts, str)
-                                        else "the test could not be judged"))
-        elif verdict.ok:
-            outcomes.append(TestOutcome(True, got))
-        elif verdict.exit_code == 1 and not report["error"]:
-            outcomes.append(TestOutcome(False, got))
-        else:
-            reason = report["error"] or verdict.stderr.strip() or verdict.describe_failure()
-            outcomes.append(TestOutcome(False, got, clip_text(reason, GOT_CHARS)))
+        if not isinstance(pair, PairResult):
+            logger.warning("%s: script-test runner returned %r, not a PairResult", task_name,
+                           type(pair).__name__)
+            outcomes.append(TestOutcome(False, "", "the program could not be run (executor "
+                                                   "returned a bad result)"))
+            continue
+        outcomes.append(_script_outcome(pair))
     return outcomes
 
 
 def run_tests(problem: CodeProblem, code: str, tests: Sequence[TestCase], *,
               limits: SandboxLimits, runner: BatchRunner | None = None,
-              float_tolerance: float | None = None, task_name: str = "code") -> list[TestOutcome]:
+              pair_runner: PairRunner | None = None, float_tolerance: float | None = None,
+              task_name: str = "code") -> list[TestOutcome]:
     """Run submission ``code`` for ``problem`` on ``tests``: one outcome per test, in order.
 
     Never raises for anything the code or the tests do; an executor that raises or returns the
-    wrong number of results fails every test (logged). ``runner`` replaces
-    :func:`run_python_batch` (default, with ``limits``).
+    wrong number of results fails every test it was given (logged). ``runner`` replaces
+    :func:`~pettingllms_envs.sandbox.run_python_batch` for stdio and call tests, and
+    ``pair_runner`` replaces :func:`~pettingllms_envs.sandbox.run_python_pair` for script tests
+    (both default to the sandbox with ``limits``).
     """
     tests = list(tests)
     if not tests:
@@ -521,15 +663,22 @@ def run_tests(problem: CodeProblem, code: str, tests: Sequence[TestCase], *,
         if isinstance(results, str):
             return _failure_everywhere(len(tests), results)
         return [_stdio_outcome(t, r, float_tolerance) for t, r in zip(tests, results)]
-    program = harness_program(problem, code)
-    results = _run_batch(runner, program, [_unit_stdin(t) for t in tests], task_name)
-    if isinstance(results, str):
-        return _failure_everywhere(len(tests), results)
-    if any(t.script is not None for t in tests):
-        script_at = [i for i, t in enumerate(tests) if t.script is not None]
-        judged = _script_outcomes(problem, [tests[i] for i in script_at],
-                                  [results[i] for i in script_at], runner, task_name)
-        by_index = dict(zip(script_at, judged))
-        return [by_index[i] if i in by_index else _call_outcome(t, results[i], float_tolerance)
-                for i, t in enumerate(tests)]
-    return [_call_outcome(t, r, float_tolerance) for t, r in zip(tests, results)]
+    outcomes: dict[int, TestOutcome] = {}
+    script_at = [i for i, t in enumerate(tests) if t.script is not None]
+    if script_at:
+        if pair_runner is None:
+            pair_runner = functools.partial(run_python_pair, limits=limits)
+        judged = _script_outcomes(problem, code, [tests[i] for i in script_at], pair_runner,
+                                  task_name)
+        outcomes.update(zip(script_at, judged))
+    call_at = [i for i, t in enumerate(tests) if t.script is None]
+    if call_at:
+        program = harness_program(problem, code)
+        results = _run_batch(runner, program, [_unit_stdin(tests[i]) for i in call_at],
+                             task_name)
+        if isinstance(results, str):
+            outcomes.update(zip(call_at, _failure_everywhere(len(call_at), results)))
+        else:
+            outcomes.update((i, _call_outcome(tests[i], r, float_tolerance))
+                            for i, r in zip(call_at, results))
+    return [outcomes[i] for i in range(len(tests))]

@@ -2,8 +2,9 @@
 
 The function-problem judge (:mod:`pettingllms_envs.code_judge`) never lets the program say
 whether a test passed. The program's process only reports what the function *returned*, in
-this encoding, and the verdict is computed elsewhere: on the host for call tests, in a second
-sandboxed process that runs no submitted code for script tests. Decoding is plain JSON plus a
+this encoding, and the verdict is computed elsewhere: on the host for call tests, in a
+separate sandboxed judge that runs no submitted code for script tests (the arguments of each
+call travel to the submission in this encoding too). Decoding is plain JSON plus a
 walk over tags (no ``eval``), so whatever bytes the program writes can at worst be read as
 some plain value it could have returned honestly.
 

@@ -27,6 +27,8 @@ Submodules (one concern each, and the guarantee it holds)
 * :mod:`.cleanup`: removing whatever tree a program left, iteratively, in bounded time.
 * :mod:`.filesystem`: (unshare) the host's file system read-only but for the run's own folders.
 * :mod:`.batch`: (unshare) one sandbox start per batch; each input gets what a single run would.
+* :mod:`.pair`: a trusted judge and an untrusted program, each in its own sandbox, talking only
+  over two pipes (how script tests are judged without the test entering the program's process).
 * :mod:`.probe`: which launcher and which mechanisms work here, probed once; every fallback noted.
 * :mod:`.results`: validated limits, reproducible output text, and which limit a run hit.
 * ``fs_preamble.py``, ``harness_main.py``: run *inside* the unshare sandbox (``python -c``).
@@ -51,8 +53,9 @@ from .probe import (LAUNCHER_ENV_VAR, LAUNCHERS, PYTHON_ENV_VAR, SandboxCapabili
                     sandbox_capabilities)
 from .results import (LIMIT_HITS, SCRATCH_PLACEHOLDER, SandboxLimits, SandboxResult,
                       SandboxUnavailableError)
+from .pair import PairResult, run_python_pair
 from .runner import run_python, run_python_batch
 
-__all__ = ["LAUNCHERS", "LAUNCHER_ENV_VAR", "LIMIT_HITS", "SandboxCapabilities", "SandboxLimits",
-           "SandboxResult", "SandboxUnavailableError", "run_python", "run_python_batch",
-           "sandbox_capabilities"]
+__all__ = ["LAUNCHERS", "LAUNCHER_ENV_VAR", "LIMIT_HITS", "PairResult", "SandboxCapabilities",
+           "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "run_python",
+           "run_python_batch", "run_python_pair", "sandbox_capabilities"]

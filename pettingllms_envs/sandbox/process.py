@@ -56,9 +56,13 @@ class _StartError(Exception):
 def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
              rlimits: SandboxLimits, wall_time_s: float, caps: SandboxCapabilities,
              cgroup: str | None, probing: bool = False, pass_fds: tuple[int, ...] = (),
-             extra_cgroups: tuple[str, ...] = ()) -> _Exit:
+             extra_cgroups: tuple[str, ...] = (), on_started=None) -> _Exit:
     """Start ``argv`` under ``rlimits`` (as ``uid``, in ``cgroup``), wait at most
-    ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`."""
+    ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`.
+
+    ``on_started`` (no arguments) is called once the start was tried, whether or not it
+    worked: a caller that handed the process pipe ends closes its own copies then, so the
+    other side sees end-of-file when this process exits."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -71,6 +75,9 @@ def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | Non
         (logger.debug if probing else logger.warning)(
             "sandbox could not start %s: %r", argv[0], exc)
         raise _StartError(str(exc)) from exc
+    finally:
+        if on_started is not None:
+            on_started()
     exited = _wait_without_reaping(proc.pid, wall_time_s)
     if not exited and "--fork" in caps.launcher:
         _kill_namespace_init(proc.pid)

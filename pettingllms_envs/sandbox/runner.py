@@ -16,7 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .bwrap import BWRAP_SCRATCH, bwrap_argv, find_bwrap
 from .cgroups import (_cgroup_max_hit, _memory_limit_hit, _open_cgroup, _open_memory_cgroup,
@@ -127,14 +127,26 @@ def run_python_batch(code: str, stdins: Sequence[str], *, limits: SandboxLimits 
     return [results[i] for i in range(len(inputs))]
 
 
+@dataclasses.dataclass(frozen=True)
+class PipedStdio:
+    """Pipe ends that replace a run's stdin and stdout files (:mod:`.pair`): the run reads
+    ``stdin_fd`` and writes ``stdout_fd``, its :attr:`SandboxResult.stdout` stays empty, and
+    ``on_started`` is called once its process start was tried."""
+
+    stdin_fd: int
+    stdout_fd: int
+    on_started: Callable[[], None]
+
+
 def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities,
-         *, uid: int | None = None, probing: bool = False) -> SandboxResult:
+         *, uid: int | None = None, probing: bool = False,
+         stdio: PipedStdio | None = None) -> SandboxResult:
     if not isinstance(code, str):
         raise TypeError(f"code must be str, got {type(code).__name__}")
     if uid is None and caps.run_as_uid is not None:
         uid = _next_uid()  # a fresh uid per run: its own process budget, no cross-run signals
     if caps.launcher_name == "bubblewrap":
-        return _run_bwrap(code, stdin, limits, caps, uid, probing)
+        return _run_bwrap(code, stdin, limits, caps, uid, probing, stdio)
     base, scratch = _make_workspace(code, uid)
     cgroup = None
     try:
@@ -148,9 +160,11 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, \
                 open(err_path, "wb") as ferr:
             try:
-                done = _execute(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=scratch, uid=uid,
-                                rlimits=limits, wall_time_s=limits.wall_time_s, caps=caps,
-                                cgroup=cgroup, probing=probing)
+                done = _execute(argv, stdin=stdio.stdin_fd if stdio else fin,
+                                stdout=stdio.stdout_fd if stdio else fout, stderr=ferr,
+                                cwd=scratch, uid=uid, rlimits=limits,
+                                wall_time_s=limits.wall_time_s, caps=caps, cgroup=cgroup,
+                                probing=probing, on_started=stdio.on_started if stdio else None)
             except _StartError as exc:
                 return _not_started(f"sandbox could not start: {exc}", caps)
         pids_max_hit = _cgroup_max_hit(cgroup) if cgroup else None
@@ -179,7 +193,7 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
 
 
 def _run_bwrap(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities,
-               uid: int | None, probing: bool) -> SandboxResult:
+               uid: int | None, probing: bool, stdio: PipedStdio | None = None) -> SandboxResult:
     """One run under bubblewrap (:mod:`~pettingllms_envs.sandbox.bwrap`). The host folder
     holds only the program's stdin/stdout/stderr files, the script and the filter, all
     root's and none visible inside; the program's own files live in tmpfs that vanish."""
@@ -217,11 +231,14 @@ def _run_bwrap(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabi
                 run_uid=uid, tmpfs_bytes=max(2 * limits.max_file_bytes, 1 << 20),
                 env=_scrubbed_env(BWRAP_SCRATCH), disable_userns=uid is None)
             try:
-                done = _execute(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=base, uid=None,
-                                rlimits=host_limits, wall_time_s=limits.wall_time_s,
-                                caps=caps, cgroup=None, probing=probing,
+                done = _execute(argv, stdin=stdio.stdin_fd if stdio else fin,
+                                stdout=stdio.stdout_fd if stdio else fout, stderr=ferr,
+                                cwd=base, uid=None, rlimits=host_limits,
+                                wall_time_s=limits.wall_time_s, caps=caps, cgroup=None,
+                                probing=probing,
                                 pass_fds=(script.fileno(), flt.fileno(), status_write),
-                                extra_cgroups=(memory_cgroup,) if memory_cgroup else ())
+                                extra_cgroups=(memory_cgroup,) if memory_cgroup else (),
+                                on_started=stdio.on_started if stdio else None)
             except _StartError as exc:
                 return _not_started(f"sandbox could not start: {exc}", caps)
             finally:

@@ -62,6 +62,65 @@ def test_a_solution_that_forges_harness_results_gets_the_reward_of_an_empty_one(
     assert all(o.passed for o in honest), [o for o in honest if not o.passed]  # a real solution passes
 
 
+#: Finds the test wherever it can reach (the calling frames, every container the garbage
+#: collector tracks, the readable files in the temporary and home folders), and returns what
+#: its asserts want.
+MEMORY_SEARCHER = """
+import ast, gc, os, sys
+
+def _texts():
+    found, frame = [], sys._getframe(1)
+    wanted = lambda text: isinstance(text, str) and "candidate(" in text
+    while frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                found.append(value)
+                if isinstance(value, dict):
+                    found.extend(value.values())
+        frame = frame.f_back
+    for obj in gc.get_objects():
+        if isinstance(obj, dict):
+            found.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            found.extend(obj)
+    for top in ("/tmp", "/var/tmp", "/dev/shm", "/sandbox", "/home", os.getcwd()):
+        for root, dirs, files in os.walk(top):
+            for name in files:
+                try:
+                    with open(os.path.join(root, name), errors="replace") as handle:
+                        text = handle.read(1 << 16)
+                except (OSError, ValueError):
+                    continue
+                if wanted(text):
+                    found.append(text)
+    return [text for text in found if wanted(text)]
+
+def has_close_elements(numbers, threshold):
+    for text in _texts():
+        for line in text.splitlines():
+            try:
+                node = ast.parse(line.strip()).body[0].test
+                if [ast.literal_eval(a) for a in node.left.args] == [numbers, threshold]:
+                    return ast.literal_eval(node.comparators[0])
+            except Exception:
+                continue
+    return None
+"""
+
+
+def test_a_solution_that_searches_its_process_and_files_for_the_test_finds_nothing():
+    problem = next(p for p in load_humaneval() if p.id == "HumanEval/0")
+    limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
+    # The attack works wherever the test is within reach (here: in its own module's globals).
+    control = (MEMORY_SEARCHER + f"\nunit = {{'script': {problem.tests[0].script!r}}}\n"
+               "candidate = has_close_elements\nexec(unit['script'])\nprint('PASSED')\n")
+    assert run_python(control, limits=limits).stdout == "PASSED\n"
+    searched = run_tests(problem, MEMORY_SEARCHER, problem.tests, limits=limits)
+    empty = run_tests(problem, "", problem.tests, limits=limits)
+    assert sum(o.passed for o in searched) == sum(o.passed for o in empty) == 0
+    assert all(o.got == "None" for o in searched)  # it found no test to copy
+
+
 def test_a_batch_input_can_neither_read_nor_forge_another_input():
     program = """
 import os, sys, glob
