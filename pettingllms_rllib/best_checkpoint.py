@@ -3,8 +3,9 @@
 Tune's ``CheckpointConfig`` keeps the newest two checkpoints by recency. That is what
 ``--resume`` needs: Tune deletes an old checkpoint as soon as a newer one is registered and
 saves the experiment state (what a resume reads) one controller step later, so a run killed in
-that window cannot resume (the kill -9 fault test hit it). Ranked by a score, the deleted one
-is the previous checkpoint itself, which widens the window to every save. So the best
+that window names a deleted checkpoint (:mod:`pettingllms_rllib.checkpoint_ledger` repairs
+that at resume from the newest complete one). Ranked by a score, the deleted one is the
+previous checkpoint itself, which would make every save such a window. So the best
 checkpoint is kept apart: when an iteration that evaluated on the held-out set
 (``held_out_success_rate``) scores at least as well as every earlier one, its checkpoint is
 copied to ``<trial>/best_checkpoint/``, with ``held_out.json`` saying which iteration and score

@@ -45,6 +45,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from pettingllms_rllib.algorithms import ATGRPO
     from pettingllms_rllib.best_checkpoint import BestCheckpoint
+    from pettingllms_rllib.checkpoint_ledger import CheckpointLedger, repair_experiment_state
     from pettingllms_rllib.plotting import plot_experiment
     from pettingllms_rllib.progress import ProgressLine
     from pettingllms_rllib.trial_results import tidy_trial
@@ -62,6 +63,7 @@ def _train(args: argparse.Namespace) -> int:
     progress = ProgressLine(stop_iteration if isinstance(stop_iteration, int) else None)
     if args.resume and experiment_dir.exists():
         logger.info("resuming %s from its last checkpoints", experiment_dir)
+        repair_experiment_state(experiment_dir)  # a kill right after Tune pruned: see there
         tuner = tune.Tuner.restore(str(experiment_dir), trainable=ATGRPO, resume_errored=True)
     else:
         tuner = tune.Tuner(
@@ -72,7 +74,8 @@ def _train(args: argparse.Namespace) -> int:
                 name=experiment.name, storage_path=str(output), stop=experiment.stop,
                 # Tune's own tables off (Ray 2.60 ignores a ProgressReporter, and its table
                 # shows no success rate); ProgressLine logs one line per iteration instead.
-                callbacks=[progress, BestCheckpoint()], verbose=2 if args.verbose else 0,
+                callbacks=[progress, BestCheckpoint(), CheckpointLedger()],
+                verbose=2 if args.verbose else 0,
                 checkpoint_config=_checkpoint_config(experiment)))
     results = tuner.fit()
     for trial_dir in sorted(p.parent for p in experiment_dir.glob("*/result.json")):

@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pettingllms_rllib.checkpoint_ledger import completed_checkpoints, repair_experiment_state
 from pettingllms_rllib.trial_results import read_results
 
 pytest.importorskip("ray")
@@ -61,7 +63,26 @@ def _wait_for_results(output: Path, count: int, timeout_s: float) -> Path:
     raise AssertionError(f"no trial reached {count} results in {timeout_s} s")
 
 
-def test_kill_9_mid_run_then_resume_continues_and_every_file_stays_readable(tmp_path):
+def _name_in_saved_state(state_file: Path, checkpoint: Path) -> Path:
+    """Make the (only) trial of a saved Tune experiment state resume from ``checkpoint``, as a
+    state saved before Tune pruned it would; returns the checkpoint it named before."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
+
+    state = json.loads(state_file.read_text())
+    metadata = json.loads(state["trial_data"][0][1], cls=TuneFunctionDecoder,
+                          allow_cloudpickle=True)
+    manager = metadata["checkpoint_manager"]
+    before = Path(manager.latest_checkpoint_result.checkpoint.path)
+    stale = _TrainingResult(Checkpoint(str(checkpoint)), {"training_iteration": 1})
+    manager._checkpoint_results, manager._latest_checkpoint_result = [stale], stale
+    state["trial_data"][0][1] = json.dumps(metadata, cls=TuneFunctionEncoder)
+    state_file.write_text(json.dumps(state, cls=TuneFunctionEncoder))
+    return before
+
+
+def test_kill_9_then_resume_continues_from_the_newest_complete_checkpoint(tmp_path):
     config = tmp_path / "faults.yaml"
     config.write_text(textwrap.dedent(CONFIG))
     output = tmp_path / "runs"
@@ -76,10 +97,23 @@ def test_kill_9_mid_run_then_resume_continues_and_every_file_stays_readable(tmp_
         first.wait()
     before = _iterations(trial_dir)
     assert before[:4] == [1, 2, 3, 4]
+    # Tune's pruning window (pettingllms_rllib.checkpoint_ledger): the saved state names a
+    # checkpoint Tune already deleted. While it exists, the repair changes nothing.
+    experiment = output / "faults"
+    state_file = max(experiment.glob("experiment_state-*.json"))
+    saved = state_file.read_bytes()
+    assert repair_experiment_state(experiment) == [] and state_file.read_bytes() == saved
+    gone = trial_dir / "checkpoint_000000"  # iteration 1's: pruned once the third was kept
+    assert not gone.exists() and _name_in_saved_state(state_file, gone) != gone
+    complete = [e["name"] for e in completed_checkpoints(trial_dir)
+                if (trial_dir / e["name"]).is_dir()]
+    assert complete  # what the resume can fall back to
 
     resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "the saved state named checkpoint_000000, which Tune had already deleted; " \
+           "resuming from checkpoint_" in resumed.stderr, resumed.stderr[-3000:]
 
     assert _iterations(trial_dir) == list(range(1, ITERATIONS + 1))  # no gap, no duplicate
     with open(trial_dir / "progress.csv", newline="") as handle:

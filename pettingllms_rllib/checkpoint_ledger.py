@@ -1,0 +1,144 @@
+"""Resume from the newest complete checkpoint, also when Tune's saved state names a deleted one.
+
+Why: Tune deletes a trial's oldest kept checkpoint as soon as a new one is registered
+(``num_to_keep``), but saves the experiment state that ``--resume`` reads only on a later
+controller step (forced once every ``num_to_keep`` checkpoints, otherwise every >= 10 s). A run
+killed in between has a state that names a checkpoint no longer on disk, and Tune then refuses
+to resume it ("Could not recover from checkpoint as it does not exist on storage anymore"),
+although newer, complete checkpoints sit right beside it.
+
+Two parts:
+
+* :class:`CheckpointLedger`, a Tune callback: on each checkpoint (Tune calls it after the
+  trainable has persisted the folder and before it prunes old ones) it appends the folder's
+  name and iteration to ``<trial>/completed_checkpoints.json``, written atomically. A folder is
+  complete exactly when it is listed: a kill in the middle of a save leaves an unlisted folder.
+* :func:`repair_experiment_state`, run by the CLI before ``Tuner.restore``: for every trial whose
+  saved state names a checkpoint that is gone, it points the state at the newest listed folder
+  still on disk whose iteration ``result.json`` already holds, and says so in the log. Tune may
+  register a checkpoint before its iteration's row reaches ``result.json`` (seen in the kill -9
+  test), and resuming past a missing row would lose it for good; the iterations after the
+  chosen checkpoint are redone, and the result files still hold each iteration once
+  (:mod:`pettingllms_rllib.trial_results`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from ray.tune import Callback
+
+from pettingllms_rllib.trial_results import ITERATION_KEY, read_results
+
+logger = logging.getLogger("pettingllms_rllib")
+
+__all__ = ["LEDGER", "CheckpointLedger", "completed_checkpoints", "repair_experiment_state"]
+
+#: The ledger, in each trial's folder: ``[{"name": "checkpoint_00000N", "training_iteration":
+#: N}, ...]``, oldest first.
+LEDGER = "completed_checkpoints.json"
+
+
+def completed_checkpoints(trial_dir: str | Path) -> list[dict]:
+    """The ledger's entries for ``trial_dir``, oldest first (empty when there is none or it is
+    unreadable)."""
+    try:
+        entries = json.loads((Path(trial_dir) / LEDGER).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)]
+
+
+def _record(checkpoint_dir: Path, iteration: int | None) -> None:
+    trial_dir = checkpoint_dir.parent
+    entries = [e for e in completed_checkpoints(trial_dir) if e["name"] != checkpoint_dir.name]
+    entries.append({"name": checkpoint_dir.name, "training_iteration": iteration})
+    entries = [e for e in entries if (trial_dir / e["name"]).exists()]  # Tune pruned the rest
+    building = trial_dir / f".{LEDGER}.new"
+    building.write_text(json.dumps(entries))
+    os.replace(building, trial_dir / LEDGER)
+
+
+class CheckpointLedger(Callback):
+    """Tune callback (driver side): lists every checkpoint once it is complete (see the module
+    docstring)."""
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info) -> None:
+        path = Path(checkpoint.path)
+        if not path.is_dir():  # remote storage: Tune's own state is all there is
+            return
+        try:
+            _record(path, (trial.last_result or {}).get("training_iteration"))
+        except OSError as exc:  # a full disk: resuming falls back to Tune's own state
+            logger.warning("could not list checkpoint %s as complete (%s)", path, exc)
+
+
+def _last_logged_iteration(trial_dir: Path) -> int:
+    rows = read_results(trial_dir)
+    return max((int(r[ITERATION_KEY]) for r in rows if isinstance(r.get(ITERATION_KEY), int)),
+               default=0)
+
+
+def repair_experiment_state(experiment_dir: str | Path) -> list[str]:
+    """Point every trial whose saved state names a missing checkpoint at its newest complete
+    one: the ledger's newest entry still on disk whose iteration ``result.json`` already holds
+    (resuming from a later one would leave that iteration's row missing for good). Returns one
+    message per trial changed, each also logged. A trial without such a checkpoint is left for
+    Tune to report."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+    from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
+
+    while True:
+        state_path = _find_newest_experiment_checkpoint(str(experiment_dir))
+        if state_path is None or not os.path.isfile(state_path):
+            return []
+        try:
+            with open(state_path, encoding="utf-8") as handle:
+                state = json.load(handle)
+            break
+        except (OSError, ValueError) as exc:  # cut short by a kill while Tune wrote it
+            aside = f"{state_path}.unreadable"
+            logger.warning("%s is unreadable (%s); moved to %s, so the resume uses the state "
+                           "of the session before, if any", state_path, exc, aside)
+            os.replace(state_path, aside)
+    messages = []
+    for entry in state.get("trial_data", []):
+        metadata = json.loads(entry[1], cls=TuneFunctionDecoder,  # our own run's state,
+                              allow_cloudpickle=True)  # as trusted as Tune's resume
+        manager = metadata.get("checkpoint_manager")
+        latest = getattr(manager, "latest_checkpoint_result", None)
+        if latest is None or latest.checkpoint is None or os.path.exists(latest.checkpoint.path):
+            continue
+        named = Path(latest.checkpoint.path)
+        logged = _last_logged_iteration(named.parent)
+        usable = [e for e in completed_checkpoints(named.parent)
+                  if (named.parent / e["name"]).is_dir()
+                  and isinstance(e.get("training_iteration"), int)
+                  and e["training_iteration"] <= logged]
+        if not usable:
+            continue
+        newest = usable[-1]
+        replacement = _TrainingResult(
+            checkpoint=Checkpoint(str(named.parent / newest["name"]),
+                                  filesystem=latest.checkpoint.filesystem),
+            metrics={"training_iteration": newest.get("training_iteration")})
+        manager._checkpoint_results = [replacement]
+        manager._latest_checkpoint_result = replacement
+        entry[1] = json.dumps(metadata, indent=2, cls=TuneFunctionEncoder)
+        message = (f"{named.parent.name}: the saved state named {named.name}, which Tune had "
+                   f"already deleted; resuming from {newest['name']}, the newest complete one")
+        logger.warning("%s", message)
+        messages.append(message)
+    if messages:
+        building = f"{state_path}.new"
+        with open(building, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, cls=TuneFunctionEncoder)
+        os.replace(building, state_path)
+    return messages
