@@ -161,7 +161,7 @@ def solution_program(problem: CodeProblem, code: str) -> str:
 CODEC_SOURCE = (Path(__file__).parent / "code_values.py").read_text(encoding="utf-8")
 
 _HARNESS = r"""
-def _build(ast, json, os, sys, builtins, codec):
+def _build(ast, json, os, sys, builtins, codec, load):
     # A call test, with the submission: make ONE test's call and report only what the
     # function returned, encoded as data. No expected value, no nonce and no verdict exist in
     # this process; everything used after the solution ran is bound before it runs.
@@ -172,10 +172,9 @@ def _build(ast, json, os, sys, builtins, codec):
     write, exit_now, dup, dup2, open_fd = os.write, os._exit, os.dup, os.dup2, os.open
     devnull, write_only, read_stdin = os.devnull, os.O_WRONLY, sys.stdin.read
     encode = codec["encode"]
-    type_, str_, isinstance_, getattr_, dict_, exec_, compile_, eval_, list_ = (
-        type, str, isinstance, getattr, dict, exec, compile, eval, list)
+    type_, str_, isinstance_, dict_, compile_, eval_, list_ = (
+        type, str, isinstance, dict, compile, eval, list)
     base_exception = BaseException
-    prelude = PRELUDE
 
     def describe(exc):
         text = str_(exc)
@@ -214,11 +213,7 @@ def _build(ast, json, os, sys, builtins, codec):
         calls = []
         report = {"calls": calls, "error": ""}
         try:
-            scope = {"__name__": "solution", "__builtins__": builtins}
-            exec_(prelude, scope)
-            exec_(compile_(solution, "solution.py", "exec"), scope)
-            owner, _, method = entry.rpartition(".")
-            function = getattr_(scope[owner](), method) if owner else scope[method]
+            scope, function, method = load(solution, entry)
             args, kwargs = arguments(unit["input"], scope, method)
             entry_ = [key(args, kwargs), None]
             calls.append(entry_)
@@ -246,18 +241,17 @@ def _build(ast, json, os, sys, builtins, codec):
 import ast, builtins, json, os, sys
 _codec = {}
 exec(CODEC, _codec)
-_build(ast, json, os, sys, builtins, _codec)(_SOLUTION, _ENTRY)
+_build(ast, json, os, sys, builtins, _codec, _loader(builtins))(_SOLUTION, _ENTRY)
 """
 
 _ANSWERER = r"""
-def _build(json, os, builtins, codec):
+def _build(json, os, builtins, codec, load):
     # A script test, the submission's side: answer the judge's calls. The test never enters
     # this process: each request line holds one call's arguments, each answer line what the
     # function returned (as data), what it raised, or why the solution could not run.
     loads, dumps, write, exit_now = json.loads, json.dumps, os.write, os._exit
     encode, decode = codec["encode"], codec["decode"]
-    type_, str_, getattr_, exec_, compile_, list_, dict_ = (
-        type, str, getattr, exec, compile, list, dict)
+    type_, str_, list_, dict_ = type, str, list, dict
     base_exception = BaseException
     requests = os.fdopen(os.dup(0), "rb")
     answers = os.dup(1)
@@ -282,11 +276,7 @@ def _build(json, os, builtins, codec):
         line = requests.readline(MAX_MESSAGE + 1)
         function, failure = None, ""
         try:
-            scope = {"__name__": "solution", "__builtins__": builtins}
-            exec_(PRELUDE, scope)
-            exec_(compile_(solution, "solution.py", "exec"), scope)
-            owner, _, method = entry.rpartition(".")
-            function = getattr_(scope[owner](), method) if owner else scope[method]
+            function = load(solution, entry)[1]
         except base_exception as exc:
             failure = "the solution could not run: " + describe(exc)
         while True:
@@ -318,7 +308,7 @@ def _build(json, os, builtins, codec):
 import builtins, json, os
 _codec = {}
 exec(CODEC, _codec)
-_build(json, os, builtins, _codec)(_SOLUTION, _ENTRY)
+_build(json, os, builtins, _codec, _loader(builtins))(_SOLUTION, _ENTRY)
 """
 
 _SCRIPT_JUDGE = r"""
@@ -356,7 +346,8 @@ def _raised(answer):
 
 def candidate(*args, **kwargs):
     try:
-        data = (json.dumps({"args": _codec["encode"]([list(args), dict(kwargs)])}) + "\n").encode()
+        call = _codec["encode"]([list(args), dict(kwargs)])
+        data = (json.dumps({"args": call}) + "\n").encode()
     except (TypeError, ValueError, RecursionError) as exc:
         raise _Unjudgeable("the test passes a value that cannot be sent to the program: "
                            + str(exc)[:200]) from None
@@ -443,13 +434,30 @@ def script_judge_program(problem: CodeProblem, test: TestCase) -> str:
             f"{SCRIPT_FAILED}, {SCRIPT_UNJUDGEABLE}\n") + _SCRIPT_JUDGE
 
 
+_LOADER = r"""
+def _loader(builtins):
+    # Runs the solution in a fresh scope (after the prelude HumanEval's prompts assume) and
+    # returns (scope, function, method name); everything it uses is bound before.
+    exec_, compile_, getattr_ = exec, compile, getattr
+
+    def load(solution, entry):
+        scope = {"__name__": "solution", "__builtins__": builtins}
+        exec_(PRELUDE, scope)
+        exec_(compile_(solution, "solution.py", "exec"), scope)
+        owner, _, method = entry.rpartition(".")
+        return scope, getattr_(scope[owner](), method) if owner else scope[method], method
+
+    return load
+"""
+
+
 def _with_solution(problem: CodeProblem, code: str, body: str) -> str:
     if problem.kind != "function" or not problem.entry_point:
         raise ValueError(f"{problem.id}: harness programs are for function problems")
     program = solution_program(problem, code)
     return (f"_SOLUTION = {program!r}\n_ENTRY = {problem.entry_point!r}\n"
             f"MARKER = {RESULT_MARKER!r}\nCODEC = {CODEC_SOURCE!r}\nPRELUDE = {PRELUDE!r}\n"
-            f"MAX_MESSAGE = {MAX_MESSAGE_BYTES}\n") + body
+            f"MAX_MESSAGE = {MAX_MESSAGE_BYTES}\n") + _LOADER + body
 
 
 def _unit_stdin(test: TestCase) -> str:

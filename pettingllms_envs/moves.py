@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from pettingllms_envs.common import ToolPlannerEnv, clip_text
+from pettingllms_envs.common import (
+    ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
+    check_sandbox_limits, clip_text)
 from pettingllms_rllib.envs import ParseResult
 
 #: Move letter -> (row delta, col delta); row 0 is the top row.
@@ -96,10 +98,45 @@ class MoveListOutcome:
 
 
 class MoveListEnv(ToolPlannerEnv):
-    """A tool -> planner task whose answer is a move list. Subclasses say what the program
-    computes and where the moves lead (:meth:`_role_lines`), simulate a move list
-    (``_simulate``, returning an outcome with ``reward``, ``applied`` and ``describe()``) and
-    take its end state (:meth:`_take_outcome`); they keep ``moves_taken``."""
+    """A tool -> planner task whose answer is a move list; each subclass's env card says what
+    the moves do and how they score.
+
+    Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
+    (``workflow = [("tool",), ("planner",)]``).
+
+    * ``tool``: writes a program in a ```python fenced block that prints a move list (e.g.
+      ``print("R D D")``). It runs in :mod:`~pettingllms_envs.sandbox` with ``sandbox_limits``.
+      Local reward: the score the printed moves *would* earn if the planner played them now
+      (simulated; the state does not change), or ``invalid_action_penalty`` if there is no
+      code block, the program fails or times out, or its output is not a move list.
+    * ``planner``: sees the tool's latest output (or error) and answers a line
+      ``Moves: R D ...`` (the last such line counts; letters U/D/L/R or words
+      up/down/left/right, any case, separated by spaces or commas). No such line or no moves:
+      parse error, ``invalid_action_penalty``, state unchanged. Otherwise at most
+      ``max_moves_per_turn`` moves are applied and the local reward is their simulated score.
+
+    Subclasses say what the program computes and where the moves lead (:meth:`_role_lines`),
+    simulate a move list (``_simulate``, returning an outcome with ``reward``, ``applied`` and
+    ``describe()``) and take its end state (:meth:`_take_outcome`); they keep ``moves_taken``.
+    """
+
+    def __init__(self, *, alpha: float, max_turns: int, invalid_action_penalty: float,
+                 max_moves_per_turn: int, sandbox_limits, prompt_style: str, code_runner,
+                 single_agent: bool, max_observation_chars: int):
+        """Check the settings every move-list task shares (each env card documents them), then
+        start the base env; a subclass checks its own settings first."""
+        check_int("max_turns", max_turns, minimum=1)
+        self.max_moves_per_turn = check_int("max_moves_per_turn", max_moves_per_turn, minimum=1)
+        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        self.prompt_style = check_prompt_style(prompt_style)
+        self.code_runner = check_code_runner(code_runner)
+        self._choose_team(single_agent)
+        super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
+                         invalid_action_penalty=check_float("invalid_action_penalty",
+                                                             invalid_action_penalty),
+                         max_observation_chars=max_observation_chars)
+        self.moves_taken: list[str] = []
+        self.tool_report = self._empty_tool_report()
 
     def _role_lines(self, agent: str, *, program: str, goal: str) -> list[str]:
         """The role part of the full prompt: the tool's program ``program`` (what it computes,

@@ -17,8 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, move_examples, planner_role, tool_role)
+    CodeRunner, check_float, check_int, move_examples, planner_role, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 
@@ -218,24 +217,14 @@ _PLANNER = planner_role("the moves as 'Moves: R D ...'", parse_planner_answer)
 class PlanPathEnv(MoveListEnv):
     """Env card: ``plan_path_v0``.
 
-    Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
-    (``workflow = [("tool",), ("planner",)]``).
-
-    * ``tool``: writes a program in a ```python fenced block that prints the shortest move list
-      from the current position (e.g. ``print("R D D")``). It runs in :mod:`~pettingllms_envs.
-      sandbox` with ``sandbox_limits``. Local reward: the shaped score the printed moves *would*
-      earn if the planner played them now (simulated; the state does not change), or
-      ``invalid_action_penalty`` if there is no code block, the program fails or times out, or
-      its output is not a move list.
-    * ``planner``: sees the tool's latest output (or error) and answers a line ``Moves: R D ...``
-      (the last such line counts; letters U/D/L/R or words up/down/left/right, any case,
-      separated by spaces or commas). No such line or no moves: parse error,
-      ``invalid_action_penalty``, state unchanged. Otherwise local reward = the shaped score of
-      applying the moves (:func:`simulate_moves`): ``-step_cost`` per move, ``-invalid_move_
-      penalty`` for a move into a wall/off the grid (which also stops the answer),
-      ``shaping_coef * (d_before - d_after)`` per valid move (BFS distance to the goal),
-      ``goal_bonus`` on reaching the goal plus ``optimal_bonus`` if the episode's valid moves
-      equal the shortest path length from the start. At most ``max_moves_per_turn`` moves apply.
+    Roles and workflow: those of :class:`~pettingllms_envs.moves.MoveListEnv` (``tool`` then
+    ``planner``, one turn = both stages). The tool's program prints the shortest move list from
+    the current position (e.g. ``print("R D D")``). A planner answer is scored by
+    :func:`simulate_moves`: ``-step_cost`` per move, ``-invalid_move_penalty`` for a move into
+    a wall/off the grid (which also stops the answer),
+    ``shaping_coef * (d_before - d_after)`` per valid move (BFS distance to the goal),
+    ``goal_bonus`` on reaching the goal plus ``optimal_bonus`` if the episode's valid moves
+    equal the shortest path length from the start. At most ``max_moves_per_turn`` moves apply.
 
     Spaces: ``gymnasium.spaces.Text`` for both; observations are prompts showing the ASCII grid
     (``#`` wall, ``.`` open, ``A`` agent, ``G`` goal), the current position and goal as
@@ -294,29 +283,22 @@ class PlanPathEnv(MoveListEnv):
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
-        check_int("max_turns", max_turns, minimum=1)
-        self.max_moves_per_turn = check_int(
-            "max_moves_per_turn",
-            4 * self.grid_size if max_moves_per_turn is None else max_moves_per_turn, minimum=1)
         self.reward_config = RewardConfig(**{
             name: check_float(name, value, non_negative=True) for name, value in (
                 ("step_cost", step_cost), ("invalid_move_penalty", invalid_move_penalty),
                 ("shaping_coef", shaping_coef), ("goal_bonus", goal_bonus),
                 ("optimal_bonus", optimal_bonus))})
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        self.prompt_style = check_prompt_style(prompt_style)
-        self.code_runner = check_code_runner(code_runner)
-        self._choose_team(single_agent)
-        super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
-                         invalid_action_penalty=check_float("invalid_action_penalty",
-                                                             invalid_action_penalty),
-                         max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
+        super().__init__(
+            alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+            max_moves_per_turn=4 * self.grid_size if max_moves_per_turn is None
+            else max_moves_per_turn,
+            sandbox_limits=sandbox_limits, prompt_style=prompt_style, code_runner=code_runner,
+            single_agent=single_agent,
+            max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
         self.task: GridTask | None = None
         self.position: Position = (0, 0)
-        self.moves_taken: list[str] = []
         self.distances: dict[Position, int] = {}
         self.optimal_length = 0
-        self.tool_report = self._empty_tool_report()
 
     # ------------------------------------------------------------------ hooks
     def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:

@@ -22,8 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, move_examples, planner_role, tool_role)
+    CodeRunner, check_float, check_int, move_examples, planner_role, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -388,27 +387,17 @@ _PLANNER = planner_role("the moves as 'Moves: U L ...'", parse_planner_answer)
 class SokobanEnv(MoveListEnv):
     """Env card: ``sokoban_v0``.
 
-    Roles and workflow (sequential, one turn = both stages): ``tool`` then ``planner``
-    (``workflow = [("tool",), ("planner",)]``).
-
-    * ``tool``: writes a program in a ```python fenced block that solves the level from the
-      current state and prints the moves (e.g. ``print("U L L D")``). It runs in
-      :mod:`~pettingllms_envs.sandbox` with ``sandbox_limits``. Local reward: the score the
-      printed moves *would* earn if the planner played them now (:func:`simulate_moves`; the
-      state does not change), or ``invalid_action_penalty`` if there is no code block, the
-      program fails or times out, or its output is not a move list.
-    * ``planner``: sees the tool's latest output (or error) and answers a line
-      ``Moves: U L ...`` (plan_path's parser: the last such line counts; letters U/D/L/R or words
-      up/down/left/right, any case). No such line or no moves: parse error,
-      ``invalid_action_penalty``, state unchanged. Otherwise the moves are applied (at most
-      ``max_moves_per_turn``) and the local reward is their :func:`simulate_moves` score:
-      ``-step_cost`` per move; ``-invalid_move_penalty`` for a walk into a wall or a push into a
-      wall/box (that move does nothing and ends the answer); ``+box_on_goal_bonus`` /
-      ``-box_off_goal_penalty`` when a push puts a box on / takes it off a goal;
-      ``shaping_coef * (D_before - D_after)`` per push, ``D`` = sum over boxes of the Manhattan
-      distance to the nearest goal; ``+solve_bonus`` when every box is on a goal (then the
-      answer ends). Equal on/off coefficients and the potential-style shaping mean that pushing
-      a box back and forth earns nothing but step costs.
+    Roles and workflow: those of :class:`~pettingllms_envs.moves.MoveListEnv` (``tool`` then
+    ``planner``, one turn = both stages). The tool's program solves the level from the current
+    state and prints the moves (e.g. ``print("U L L D")``). A planner answer is scored by
+    :func:`simulate_moves`:
+    ``-step_cost`` per move; ``-invalid_move_penalty`` for a walk into a wall or a push into a
+    wall/box (that move does nothing and ends the answer); ``+box_on_goal_bonus`` /
+    ``-box_off_goal_penalty`` when a push puts a box on / takes it off a goal;
+    ``shaping_coef * (D_before - D_after)`` per push, ``D`` = sum over boxes of the Manhattan
+    distance to the nearest goal; ``+solve_bonus`` when every box is on a goal (then the
+    answer ends). Equal on/off coefficients and the potential-style shaping mean that pushing
+    a box back and forth earns nothing but step costs.
 
     Spaces: ``gymnasium.spaces.Text`` for both; observations are prompts showing the ASCII map
     (``#`` wall, ``_`` floor, ``O`` goal, ``X`` box, ``V`` box on a goal, ``P`` player, ``S``
@@ -480,29 +469,22 @@ class SokobanEnv(MoveListEnv):
             "reverse_pulls",
             self.num_boxes * self.room_size if reverse_pulls is None else reverse_pulls,
             minimum=self.num_boxes)
-        check_int("max_turns", max_turns, minimum=1)
-        self.max_moves_per_turn = check_int(
-            "max_moves_per_turn",
-            8 * self.room_size if max_moves_per_turn is None else max_moves_per_turn, minimum=1)
         self.reward_config = RewardConfig(**{
             name: check_float(name, value, non_negative=True) for name, value in (
                 ("step_cost", step_cost), ("invalid_move_penalty", invalid_move_penalty),
                 ("box_on_goal_bonus", box_on_goal_bonus),
                 ("box_off_goal_penalty", box_off_goal_penalty),
                 ("shaping_coef", shaping_coef), ("solve_bonus", solve_bonus))})
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
-        self.prompt_style = check_prompt_style(prompt_style)
-        self.code_runner = check_code_runner(code_runner)
-        self._choose_team(single_agent)
-        super().__init__(alpha=check_float("alpha", alpha), max_turns=max_turns,
-                         invalid_action_penalty=check_float("invalid_action_penalty",
-                                                             invalid_action_penalty),
-                         max_observation_chars=max(16_384, 4 * self.room_size ** 2
-                                                   + 40 * self.num_boxes + 4_096))
+        super().__init__(
+            alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+            max_moves_per_turn=8 * self.room_size if max_moves_per_turn is None
+            else max_moves_per_turn,
+            sandbox_limits=sandbox_limits, prompt_style=prompt_style, code_runner=code_runner,
+            single_agent=single_agent,
+            max_observation_chars=max(16_384, 4 * self.room_size ** 2 + 40 * self.num_boxes
+                                      + 4_096))
         self.level: SokobanLevel | None = None
         self.state: SokobanLevel | None = None
-        self.moves_taken: list[str] = []
-        self.tool_report = self._empty_tool_report()
 
     # ------------------------------------------------------------------ hooks
     def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:

@@ -13,13 +13,15 @@ Two parts:
   trainable has persisted the folder and before it prunes old ones) it appends the folder's
   name and iteration to ``<trial>/completed_checkpoints.json``, written atomically. A folder is
   complete exactly when it is listed: a kill in the middle of a save leaves an unlisted folder.
+  It also appends every result to ``<trial>/result_journal.jsonl`` (:data:`JOURNAL`), because
+  the ``result.json`` in the trial's folder is only Tune's periodic copy of one in Ray's
+  session folder and lags behind the checkpoints (the kill -9 test saw it two iterations
+  behind).
 * :func:`repair_experiment_state`, run by the CLI before ``Tuner.restore``: for every trial whose
   saved state names a checkpoint that is gone, it points the state at the newest listed folder
-  still on disk whose iteration ``result.json`` already holds, and says so in the log. Tune may
-  register a checkpoint before its iteration's row reaches ``result.json`` (seen in the kill -9
-  test), and resuming past a missing row would lose it for good; the iterations after the
-  chosen checkpoint are redone, and the result files still hold each iteration once
-  (:mod:`pettingllms_rllib.trial_results`).
+  still on disk whose iteration has a result row (in ``result.json`` or the journal), and says
+  so in the log. The iterations after it are redone; the result files still hold each
+  iteration once (:mod:`pettingllms_rllib.trial_results`).
 """
 
 from __future__ import annotations
@@ -31,15 +33,31 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from pettingllms_rllib.trial_results import ITERATION_KEY, read_results
+from pettingllms_rllib.trial_results import ITERATION_KEY, JOURNAL_FILE, read_results
 
 logger = logging.getLogger("pettingllms_rllib")
 
-__all__ = ["LEDGER", "CheckpointLedger", "completed_checkpoints", "repair_experiment_state"]
+__all__ = ["JOURNAL", "LEDGER", "CheckpointLedger", "append_journal", "completed_checkpoints",
+           "repair_experiment_state"]
 
 #: The ledger, in each trial's folder: ``[{"name": "checkpoint_00000N", "training_iteration":
 #: N}, ...]``, oldest first.
 LEDGER = "completed_checkpoints.json"
+#: Every result as one JSON line, written straight into the trial's folder. Tune writes
+#: ``result.json`` in a staging folder under Ray's session folder and copies it into the trial's
+#: folder only when it saves the experiment state, so after a kill the copy can lack the last
+#: iterations whose checkpoints exist; :mod:`pettingllms_rllib.trial_results` reads both.
+JOURNAL = JOURNAL_FILE
+
+
+def append_journal(trial_dir: Path, result: dict) -> None:
+    """Append one result to the trial's :data:`JOURNAL` and flush it to the disk."""
+    from ray.tune.utils.util import SafeFallbackEncoder
+
+    with open(trial_dir / JOURNAL, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(result, cls=SafeFallbackEncoder) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def completed_checkpoints(trial_dir: str | Path) -> list[dict]:
@@ -65,8 +83,17 @@ def _record(checkpoint_dir: Path, iteration: int | None) -> None:
 
 
 class CheckpointLedger(Callback):
-    """Tune callback (driver side): lists every checkpoint once it is complete (see the module
-    docstring)."""
+    """Tune callback (driver side): lists every checkpoint once it is complete, and journals
+    every result straight into the trial's folder (see the module docstring)."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        trial_dir = Path(trial.path) if trial.path else None
+        if trial_dir is None or not trial_dir.is_dir():  # remote storage
+            return
+        try:
+            append_journal(trial_dir, result)
+        except OSError as exc:  # a full disk: result.json (synced by Tune) is still there
+            logger.warning("could not journal a result of %s (%s)", trial, exc)
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info) -> None:
         path = Path(checkpoint.path)
@@ -118,13 +145,17 @@ def repair_experiment_state(experiment_dir: str | Path) -> list[str]:
             continue
         named = Path(latest.checkpoint.path)
         logged = _last_logged_iteration(named.parent)
-        usable = [e for e in completed_checkpoints(named.parent)
-                  if (named.parent / e["name"]).is_dir()
-                  and isinstance(e.get("training_iteration"), int)
-                  and e["training_iteration"] <= logged]
-        if not usable:
+        on_disk = [e for e in completed_checkpoints(named.parent)
+                   if (named.parent / e["name"]).is_dir()
+                   and isinstance(e.get("training_iteration"), int)]
+        if not on_disk:
             continue
-        newest = usable[-1]
+        logged_before = [e for e in on_disk if e["training_iteration"] <= logged]
+        newest = logged_before[-1] if logged_before else min(
+            on_disk, key=lambda e: e["training_iteration"])
+        if newest["training_iteration"] > logged:
+            logger.warning("%s: iterations %d-%d have no result row; resuming past them",
+                           named.parent.name, logged + 1, newest["training_iteration"])
         replacement = _TrainingResult(
             checkpoint=Checkpoint(str(named.parent / newest["name"]),
                                   filesystem=latest.checkpoint.filesystem),

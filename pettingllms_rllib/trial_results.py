@@ -9,9 +9,13 @@ Tune writes each result twice: as one JSON line in ``result.json`` and as one ro
   ``evaluation/`` keys come and go between iterations. So the resumed rows get other columns
   than the header, and the file no longer parses (the issue saw 94 header columns against 95).
 * ``result.json``: an iteration whose result never reached the driver before the kill is
-  trained again, so it can appear twice.
+  trained again, so it can appear twice. And the trial folder's copy is only Tune's periodic
+  copy of the one in Ray's session folder: after a kill it can lack the last iterations, whose
+  rows are then in the journal the CLI's
+  :class:`~pettingllms_rllib.checkpoint_ledger.CheckpointLedger` writes beside it.
 
-JSON lines stay parseable through all of this, so ``result.json`` is the source:
+JSON lines stay parseable through all of this, so ``result.json`` (with the journal) is the
+source:
 :func:`read_results` flattens its rows the way Tune names CSV columns (``a/b/c``, without
 ``config``) and keeps each iteration once (the later row wins, as the one that continued the
 run). :func:`tidy_trial` rewrites both files from it, atomically: every iteration once, and a
@@ -36,6 +40,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["read_results", "tidy_trial"]
 
 RESULT_FILE = "result.json"
+#: The journal :class:`pettingllms_rllib.checkpoint_ledger.CheckpointLedger` writes.
+JOURNAL_FILE = "result_journal.jsonl"
 PROGRESS_FILE = "progress.csv"
 ITERATION_KEY = "training_iteration"
 
@@ -50,11 +56,12 @@ def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _raw_rows(trial_dir: Path) -> list[dict[str, Any]]:
-    """``result.json``'s rows in file order; a torn last line (a kill mid-write) is skipped."""
+def _rows_of(path: Path) -> list[dict[str, Any]]:
+    """A JSON-lines file's result rows in file order; a torn line (a kill mid-write) is
+    skipped."""
     rows = []
     try:
-        lines = (trial_dir / RESULT_FILE).read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
         return rows
     for number, line in enumerate(lines, 1):
@@ -63,19 +70,31 @@ def _raw_rows(trial_dir: Path) -> list[dict[str, Any]]:
         try:
             row = json.loads(line)
         except ValueError:
-            logger.warning("%s line %d is not JSON (a run killed mid-write?); skipped",
-                           trial_dir / RESULT_FILE, number)
+            logger.warning("%s line %d is not JSON (a run killed mid-write?); skipped", path,
+                           number)
             continue
         if isinstance(row, dict) and isinstance(row.get(ITERATION_KEY), int):
             rows.append(row)
     return rows
 
 
+def _raw_rows(trial_dir: Path) -> list[dict[str, Any]]:
+    """``result.json``'s rows, then the journal's (the rows Tune had not copied into the trial
+    folder when a run was killed), each in file order."""
+    return _rows_of(trial_dir / RESULT_FILE) + _rows_of(trial_dir / JOURNAL_FILE)
+
+
 def _unique_iterations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    latest: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        latest[row[ITERATION_KEY]] = row  # a redone iteration: the later row counts
-    return [latest[i] for i in sorted(latest)]
+    """Each iteration once: a redone iteration's later row (by ``timestamp``, then by order)
+    counts, as the one that continued the run."""
+    latest: dict[int, tuple[float, int, dict[str, Any]]] = {}
+    for order, row in enumerate(rows):
+        stamp = row.get("timestamp")
+        key = (float(stamp) if isinstance(stamp, (int, float)) else -math.inf, order)
+        kept = latest.get(row[ITERATION_KEY])
+        if kept is None or key >= kept[:2]:
+            latest[row[ITERATION_KEY]] = (*key, row)
+    return [latest[i][2] for i in sorted(latest)]
 
 
 def read_results(trial_dir: str | Path) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from pettingllms_rllib.checkpoint_ledger import (
     LEDGER,
     CheckpointLedger,
+    append_journal,
     completed_checkpoints,
     repair_experiment_state,
 )
@@ -67,3 +68,17 @@ def test_an_unreadable_newest_state_is_moved_aside_for_the_session_before(tmp_pa
     assert repair_experiment_state(tmp_path) == []
     assert not newest.exists() and older.exists()
     assert (tmp_path / f"{newest.name}.unreadable").read_text() == '{"trial_data": ['
+
+
+def test_journal_rows_fill_in_what_result_json_lacks_and_a_redone_row_wins(tmp_path):
+    from pettingllms_rllib.trial_results import read_results, tidy_trial
+
+    rows = [{"training_iteration": i, "timestamp": 100 + i, "x": i} for i in (1, 2, 3)]
+    (tmp_path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    for row in rows:  # the journal has every row; Tune's copy missed the third
+        append_journal(tmp_path, row)
+    append_journal(tmp_path, {"training_iteration": 3, "timestamp": 200, "x": 30})  # redone
+    assert [r["x"] for r in read_results(tmp_path)] == [1, 2, 30]
+    assert tidy_trial(tmp_path) == 3
+    assert [json.loads(line)["x"] for line in
+            (tmp_path / "result.json").read_text().splitlines()] == [1, 2, 30]

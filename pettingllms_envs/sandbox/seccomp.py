@@ -41,36 +41,23 @@ _X32_BIT = 0x40000000
 _CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 \
     | 0x20000000 | 0x40000000 | 0x00000080
 
-#: The refused calls, by name (their numbers per architecture are in :data:`_NUMBERS`).
-BLOCKED_SYSCALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "unshare", "setns", "mount",
-    "umount2", "pivot_root", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
-    "fspick", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at",
-    "name_to_handle_at", "init_module", "finit_module", "delete_module", "kexec_load",
-    "kexec_file_load")
-
-# (audit arch, {name: number}, clone number, clone3 number), from the kernel's syscall tables.
-_NUMBERS = {
-    "x86_64": (0xC000003E, {
-        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
-        "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
-        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-        "fspick": 433, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321,
-        "perf_event_open": 298, "userfaultfd": 323, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "open_by_handle_at": 304,
-        "name_to_handle_at": 303, "init_module": 175, "finit_module": 313,
-        "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320}, 56, 435),
-    "aarch64": (0xC00000B7, {
-        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
-        "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
-        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-        "fspick": 433, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
-        "perf_event_open": 241, "userfaultfd": 282, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "open_by_handle_at": 265,
-        "name_to_handle_at": 264, "init_module": 105, "finit_module": 273,
-        "delete_module": 106, "kexec_load": 104, "kexec_file_load": 294}, 220, 435),
+#: The refused calls: name -> (x86_64 number, aarch64 number), from the kernel's syscall tables.
+_BLOCKED = {
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "kcmp": (312, 272), "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40),
+    "umount2": (166, 39), "pivot_root": (155, 41), "open_tree": (428, 428),
+    "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
+    "fsmount": (432, 432), "fspick": (433, 433), "keyctl": (250, 219), "add_key": (248, 217),
+    "request_key": (249, 218), "bpf": (321, 280), "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427), "open_by_handle_at": (304, 265),
+    "name_to_handle_at": (303, 264), "init_module": (175, 105), "finit_module": (313, 273),
+    "delete_module": (176, 106), "kexec_load": (246, 104), "kexec_file_load": (320, 294),
 }
+#: The refused calls, by name.
+BLOCKED_SYSCALLS = tuple(_BLOCKED)
+#: machine -> (column in :data:`_BLOCKED`, audit arch, clone number, clone3 number).
+_ARCHES = {"x86_64": (0, 0xC000003E, 56, 435), "aarch64": (1, 0xC00000B7, 220, 435)}
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -81,11 +68,11 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter as the raw ``struct sock_filter`` array bubblewrap reads, for ``machine``
     (default: this host's ``platform.machine()``); ``None`` where the numbers are unknown."""
-    entry = _NUMBERS.get(machine or platform.machine())
+    entry = _ARCHES.get(machine or platform.machine())
     if entry is None:
         return None
-    arch, numbers, clone_nr, clone3_nr = entry
-    blocked = [numbers[name] for name in BLOCKED_SYSCALLS]
+    column, arch, clone_nr, clone3_nr = entry
+    blocked = [numbers[column] for numbers in _BLOCKED.values()]
     eperm, enosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     # Layout: [arch check][nr load][x32][one JEQ per blocked nr][clone3][clone][ALLOW]
     #         [clone: load flags, JSET, ALLOW][EPERM][ENOSYS][KILL]

@@ -128,6 +128,13 @@ class ATGRPOConfig(AlgorithmConfig):
         self.num_env_runners = 0
 
     # ------------------------------------------------------------------ fluent sections
+    def _set_provided(self, **values) -> "ATGRPOConfig":
+        """Set each named attribute whose value was given (RLlib's ``NotProvided`` = keep)."""
+        for attribute, value in values.items():
+            if value is not NotProvided:
+                setattr(self, attribute, value)
+        return self
+
     def llm(self, *, model: str = NotProvided, tiny_model_config: dict | None = NotProvided,
             model_dtype: str = NotProvided, lora: dict | None = NotProvided,
             max_new_tokens: int = NotProvided, temperature: float = NotProvided,
@@ -192,45 +199,16 @@ class ATGRPOConfig(AlgorithmConfig):
         Returns:
             This updated config.
         """
-        if model is not NotProvided:
-            self.llm_model = model
-        if tiny_model_config is not NotProvided:
-            self.tiny_model_config = tiny_model_config
-        if model_dtype is not NotProvided:
-            self.model_dtype = model_dtype
-        if lora is not NotProvided:
-            self.lora = lora
-        if max_new_tokens is not NotProvided:
-            self.max_new_tokens = max_new_tokens
-        if temperature is not NotProvided:
-            self.temperature = temperature
-        if system_prompt is not NotProvided:
-            self.system_prompt = system_prompt
-        if engine is not NotProvided:
-            self.engine = engine
-        if generation_batch_size is not NotProvided:
-            self.generation_batch_size = generation_batch_size
-        if logprob_chunk_size is not NotProvided:
-            self.logprob_chunk_size = logprob_chunk_size
-        if gradient_checkpointing is not NotProvided:
-            self.gradient_checkpointing = gradient_checkpointing
-        if autocast_dtype is not NotProvided:
-            self.autocast_dtype = autocast_dtype
-        if gpu_memory_gib is not NotProvided:
-            self.gpu_memory_gib = gpu_memory_gib
-        if vllm_gpu_memory_utilization is not NotProvided:
-            self.vllm_gpu_memory_utilization = vllm_gpu_memory_utilization
-        if vllm_kv_cache_gib is not NotProvided:
-            self.vllm_kv_cache_gib = vllm_kv_cache_gib
-        if vllm_weight_sync_dir is not NotProvided:
-            self.vllm_weight_sync_dir = vllm_weight_sync_dir
-        if vllm_max_model_len is not NotProvided:
-            self.vllm_max_model_len = vllm_max_model_len
-        if vllm_enforce_eager is not NotProvided:
-            self.vllm_enforce_eager = vllm_enforce_eager
-        if vllm_engine_kwargs is not NotProvided:
-            self.vllm_engine_kwargs = vllm_engine_kwargs
-        return self
+        return self._set_provided(
+            llm_model=model, tiny_model_config=tiny_model_config, model_dtype=model_dtype,
+            lora=lora, max_new_tokens=max_new_tokens, temperature=temperature,
+            system_prompt=system_prompt, engine=engine,
+            generation_batch_size=generation_batch_size, logprob_chunk_size=logprob_chunk_size,
+            gradient_checkpointing=gradient_checkpointing, autocast_dtype=autocast_dtype,
+            gpu_memory_gib=gpu_memory_gib, vllm_gpu_memory_utilization=vllm_gpu_memory_utilization,
+            vllm_kv_cache_gib=vllm_kv_cache_gib, vllm_weight_sync_dir=vllm_weight_sync_dir,
+            vllm_max_model_len=vllm_max_model_len, vllm_enforce_eager=vllm_enforce_eager,
+            vllm_engine_kwargs=vllm_engine_kwargs)
 
     @override(AlgorithmConfig)
     def training(self, *, num_branches: int = NotProvided, rollout: str = NotProvided,
@@ -292,35 +270,15 @@ class ATGRPOConfig(AlgorithmConfig):
             This updated config.
         """
         super().training(**kwargs)
-        if num_branches is not NotProvided:
-            self.num_branches = num_branches
-        if rollout is not NotProvided:
-            self.rollout = rollout
-        if num_tasks_per_iteration is not NotProvided:
-            self.num_tasks_per_iteration = num_tasks_per_iteration
-        if frozen_modules is not NotProvided:
-            self.frozen_modules = frozen_modules
-        if advantage_normalization is not NotProvided:
-            self.advantage_normalization = advantage_normalization
-        if advantage_scale_scope is not NotProvided:
-            self.advantage_scale_scope = advantage_scale_scope
-        if drop_zero_variance_groups is not NotProvided:
-            self.drop_zero_variance_groups = drop_zero_variance_groups
-        if advantage_eps is not NotProvided:
-            self.advantage_eps = advantage_eps
-        if clip_eps_low is not NotProvided:
-            self.clip_eps_low = clip_eps_low
-        if clip_eps_high is not NotProvided:
-            self.clip_eps_high = clip_eps_high
-        if dual_clip is not NotProvided:
-            self.dual_clip = dual_clip
-        if kl_coef is not NotProvided:
-            self.kl_coef = kl_coef
-        if mask_truncated_responses is not NotProvided:
-            self.mask_truncated_responses = mask_truncated_responses
-        if shared_prefix_training is not NotProvided:
-            self.shared_prefix_training = shared_prefix_training
-        return self
+        return self._set_provided(
+            num_branches=num_branches, rollout=rollout,
+            num_tasks_per_iteration=num_tasks_per_iteration, frozen_modules=frozen_modules,
+            advantage_normalization=advantage_normalization,
+            advantage_scale_scope=advantage_scale_scope,
+            drop_zero_variance_groups=drop_zero_variance_groups, advantage_eps=advantage_eps,
+            clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, dual_clip=dual_clip,
+            kl_coef=kl_coef, mask_truncated_responses=mask_truncated_responses,
+            shared_prefix_training=shared_prefix_training)
 
     @override(AlgorithmConfig)
     def update_from_dict(self, config_dict) -> "ATGRPOConfig":
