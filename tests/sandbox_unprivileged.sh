@@ -12,7 +12,8 @@ USER_NAME=${SANDBOX_TEST_USER:-pettingllms-sbx-test}
 PY=${PY:-.venv/bin/python}
 if [ "$(id -u)" != 0 ]; then
   echo "sandbox_unprivileged.sh: already unprivileged; run the suite directly" >&2
-  exec "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py
+  exec "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py \
+    tests/tasks/test_sandbox_pair.py
 fi
 id "$USER_NAME" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$USER_NAME"
 base=$("$PY" -c "import sys; print(sys.base_prefix)")
@@ -32,5 +33,6 @@ trap put_back EXIT
 home=$(mktemp -d)
 chown "$USER_NAME" "$home"
 runuser -u "$USER_NAME" -- env HOME="$home" PATH=/usr/bin:/bin \
-  "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py
+  "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py \
+    tests/tasks/test_sandbox_pair.py
 rm -rf "$home"

@@ -57,7 +57,7 @@ def test_a_program_that_dies_ends_the_conversation_at_once(program):
 
 
 def test_a_judge_that_finishes_releases_a_program_waiting_for_more():
-    program = "import sys\nfor line in sys.stdin:\n    print(line.strip(), flush=True)"
+    program = "import sys\nlines = sys.stdin.readlines()\nsys.exit(0 if lines == ['1\\n'] else 1)"
     started = time.monotonic()
     pair = run_python_pair("print(1)", program, limits=SandboxLimits(wall_time_s=30,
                                                                       cpu_time_s=5))
