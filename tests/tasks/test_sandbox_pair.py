@@ -65,10 +65,12 @@ def test_a_judge_that_finishes_releases_a_program_waiting_for_more():
     assert pair.judge.ok and pair.program.ok
 
 
-def test_a_silent_program_costs_the_wall_clock_and_both_sides_say_so():
+def test_a_silent_program_costs_the_wall_clock_and_never_passes():
     pair = run_python_pair(ASKER, "import time\ntime.sleep(60)",
                            limits=SandboxLimits(wall_time_s=2, cpu_time_s=2))
-    assert pair.judge.timed_out and pair.program.timed_out
+    assert pair.program.timed_out
+    # The judge either times out too or, started a moment later, reads end-of-file first.
+    assert pair.judge.timed_out or pair.judge.exit_code not in (0, None)
 
 
 def test_neither_side_sees_the_others_files(launcher):
