@@ -63,6 +63,16 @@ def _wait_for_results(output: Path, count: int, timeout_s: float) -> Path:
     raise AssertionError(f"no trial reached {count} results in {timeout_s} s")
 
 
+def _saved_checkpoint(state_file: Path) -> Path:
+    """The checkpoint the (only) trial of a saved Tune experiment state would resume from."""
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    trial = json.loads(state_file.read_text())["trial_data"][0]
+    manager = json.loads(trial[1], cls=TuneFunctionDecoder,
+                         allow_cloudpickle=True)["checkpoint_manager"]
+    return Path(manager.latest_checkpoint_result.checkpoint.path)
+
+
 def _name_in_saved_state(state_file: Path, checkpoint: Path) -> Path:
     """Make the (only) trial of a saved Tune experiment state resume from ``checkpoint``, as a
     state saved before Tune pruned it would; returns the checkpoint it named before."""
@@ -101,8 +111,12 @@ def test_kill_9_then_resume_continues_from_the_newest_complete_checkpoint(tmp_pa
     # checkpoint Tune already deleted. While it exists, the repair changes nothing.
     experiment = output / "faults"
     state_file = max(experiment.glob("experiment_state-*.json"))
-    saved = state_file.read_bytes()
-    assert repair_experiment_state(experiment) == [] and state_file.read_bytes() == saved
+    saved, named = state_file.read_bytes(), _saved_checkpoint(state_file)
+    if named.exists():
+        assert repair_experiment_state(experiment) == [] and state_file.read_bytes() == saved
+    else:  # the kill itself landed in the window (seen in a full make test run)
+        assert [f"the saved state named {named.name}, which Tune had already deleted" in m
+                for m in repair_experiment_state(experiment)] == [True]
     gone = trial_dir / "checkpoint_000000"  # iteration 1's: pruned once the third was kept
     assert not gone.exists() and _name_in_saved_state(state_file, gone) != gone
     complete = [e["name"] for e in completed_checkpoints(trial_dir)
