@@ -33,7 +33,8 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from pettingllms_rllib.trial_results import ITERATION_KEY, JOURNAL_FILE, read_results
+from pettingllms_rllib.trial_results import (ITERATION_KEY, JOURNAL_FILE, read_results,
+                                             replace_atomically)
 
 logger = logging.getLogger("pettingllms_rllib")
 
@@ -77,9 +78,7 @@ def _record(checkpoint_dir: Path, iteration: int | None) -> None:
     entries = [e for e in completed_checkpoints(trial_dir) if e["name"] != checkpoint_dir.name]
     entries.append({"name": checkpoint_dir.name, "training_iteration": iteration})
     entries = [e for e in entries if (trial_dir / e["name"]).exists()]  # Tune pruned the rest
-    building = trial_dir / f".{LEDGER}.new"
-    building.write_text(json.dumps(entries))
-    os.replace(building, trial_dir / LEDGER)
+    replace_atomically(trial_dir / LEDGER, lambda handle: handle.write(json.dumps(entries)))
 
 
 class CheckpointLedger(Callback):
@@ -106,15 +105,16 @@ class CheckpointLedger(Callback):
 
 
 def _last_logged_iteration(trial_dir: Path) -> int:
-    rows = read_results(trial_dir)
-    return max((int(r[ITERATION_KEY]) for r in rows if isinstance(r.get(ITERATION_KEY), int)),
-               default=0)
+    """The newest iteration with a result row (``read_results`` keeps only rows that have
+    one)."""
+    return max((row[ITERATION_KEY] for row in read_results(trial_dir)), default=0)
 
 
 def repair_experiment_state(experiment_dir: str | Path) -> list[str]:
     """Point every trial whose saved state names a missing checkpoint at its newest complete
-    one: the ledger's newest entry still on disk whose iteration ``result.json`` already holds
-    (resuming from a later one would leave that iteration's row missing for good). Returns one
+    one: the ledger's newest entry still on disk whose iteration has a result row (in
+    ``result.json`` or the journal; resuming from a later one would leave the rows in between
+    missing for good, so that is done, with a warning, only when no such entry exists). Returns one
     message per trial changed, each also logged. A trial without such a checkpoint is left for
     Tune to report."""
     from ray.train import Checkpoint
@@ -168,8 +168,6 @@ def repair_experiment_state(experiment_dir: str | Path) -> list[str]:
         logger.warning("%s", message)
         messages.append(message)
     if messages:
-        building = f"{state_path}.new"
-        with open(building, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, cls=TuneFunctionEncoder)
-        os.replace(building, state_path)
+        replace_atomically(Path(state_path), lambda handle: json.dump(
+            state, handle, cls=TuneFunctionEncoder))
     return messages

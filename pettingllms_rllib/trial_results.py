@@ -109,7 +109,9 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
-def _replace_atomically(path: Path, write) -> None:
+def replace_atomically(path: Path, write) -> None:
+    """Write ``path`` through ``write(text_handle)`` into a temporary file beside it, then
+    rename it into place: a crash leaves the old file or the new one, never half of one."""
     handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.",
                                          delete=False, encoding="utf-8", newline="")
     try:
@@ -132,7 +134,7 @@ def tidy_trial(trial_dir: str | Path) -> int:
     if len(rows) != len(raw):
         logger.info("%s: %d result rows for %d iterations; each iteration kept once",
                     trial_dir.name, len(raw), len(rows))
-    _replace_atomically(trial_dir / RESULT_FILE, lambda handle: handle.writelines(
+    replace_atomically(trial_dir / RESULT_FILE, lambda handle: handle.writelines(
         json.dumps(row) + "\n" for row in rows))
     flat = [_flatten({k: v for k, v in row.items() if k != "config"}) for row in rows]
     columns = list(dict.fromkeys(key for row in flat for key in row))
@@ -142,5 +144,5 @@ def tidy_trial(trial_dir: str | Path) -> int:
         writer.writeheader()
         writer.writerows({k: _csv_cell(v) for k, v in row.items()} for row in flat)
 
-    _replace_atomically(trial_dir / PROGRESS_FILE, write_csv)
+    replace_atomically(trial_dir / PROGRESS_FILE, write_csv)
     return len(rows)
