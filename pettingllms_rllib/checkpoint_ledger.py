@@ -15,8 +15,8 @@ Two parts:
   complete exactly when it is listed: a kill in the middle of a save leaves an unlisted folder.
   It also appends every result to ``<trial>/result_journal.jsonl`` (:data:`JOURNAL`), because
   the ``result.json`` in the trial's folder is only Tune's periodic copy of one in Ray's
-  session folder and lags behind the checkpoints (the kill -9 test saw it two iterations
-  behind).
+  session folder and lags behind the checkpoints (in the kill -9 test, iteration 5's
+  checkpoint was listed while that copy held 4 rows).
 * :func:`repair_experiment_state`, run by the CLI before ``Tuner.restore``: for every trial whose
   saved state names a checkpoint that is gone, it points the state at the newest listed folder
   still on disk whose iteration has a result row (in ``result.json`` or the journal), and says
