@@ -28,7 +28,7 @@ TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "sto
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
 SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
             "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing",
-            "evaluation")
+            "evaluation", "resource_pools")
 NAMED_MAPPINGS = ("shared", "per_role")
 
 

@@ -93,6 +93,17 @@ ZERO_VARIANCE_GROUP_FRACTION = "zero_variance_group_fraction"
 #: ``at_grpo/num_trained_samples``: records sent to the learners (kept groups, frozen modules
 #: left out).
 NUM_TRAINED_SAMPLES = "num_trained_samples"
+#: ``at_grpo/staleness_mean/<module>``: mean number of weights versions the module's trained
+#: responses lag the learner (0 when synchronous; 1 with ``async_rollout`` after the first
+#: iteration); NaN when the module trained nothing.
+STALENESS_MEAN = "staleness_mean"
+#: ``at_grpo/staleness_max/<module>``: the largest lag among them (never above
+#: ``max_staleness``: a larger one fails the iteration).
+STALENESS_MAX = "staleness_max"
+#: ``at_grpo/pool_update_s/<pool>``: seconds each resource pool's update took this iteration
+#: (the pools update at the same time: the learner part of ``iteration_s`` is near the
+#: largest, not the sum); only with ``.resource_pools``.
+POOL_UPDATE_SECONDS = "pool_update_s"
 
 # ------------------------------------------------------------------- learners/<module>/...
 #: ``learners/<module>/policy_loss``: the clipped token-level loss (with the KL penalty when
@@ -107,6 +118,12 @@ DUAL_CLIP_FRACTION = "dual_clip_fraction"
 #: ``learners/<module>/policy_behaviour_ratio``: mean probability ratio of the policy to the
 #: behaviour (sampling) policy over response tokens: drift from the sampler.
 POLICY_BEHAVIOUR_RATIO = "policy_behaviour_ratio"
+#: ``learners/<module>/importance_weight_mean``: token mean of the truncated importance weight
+#: ``min(pi_learner_before_update / pi_behaviour, C)`` (exactly 1 for on-policy responses).
+IMPORTANCE_WEIGHT_MEAN = "importance_weight_mean"
+#: ``learners/<module>/importance_truncated_fraction``: share of response tokens whose weight
+#: was cut at ``importance_sampling_cap``.
+IMPORTANCE_TRUNCATED_FRACTION = "importance_truncated_fraction"
 #: ``learners/<module>/approx_kl_behaviour``: approximate KL (k3, token mean) between the policy
 #: and the behaviour policy over response tokens.
 APPROX_KL_BEHAVIOUR = "approx_kl_behaviour"
@@ -164,11 +181,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
                                        AGENT_EPISODE_RETURN_MEAN, AGENT_RESPONSE_TOKENS_MEAN,
                                        AGENT_TRUNCATED_FRACTION),
     AT_GRPO_RESULTS: (ITERATION_SECONDS, TIME_SECONDS, TIME_SHARE, ADVANTAGE_STD, REWARD_STD,
-                      NUM_GROUPS, ZERO_VARIANCE_GROUP_FRACTION, NUM_TRAINED_SAMPLES),
+                      NUM_GROUPS, ZERO_VARIANCE_GROUP_FRACTION, NUM_TRAINED_SAMPLES,
+                      STALENESS_MEAN, STALENESS_MAX, POOL_UPDATE_SECONDS),
     f"{LEARNERS}/<module>": (POLICY_LOSS, CLIP_FRACTION, DUAL_CLIP_FRACTION,
                              POLICY_BEHAVIOUR_RATIO, APPROX_KL_BEHAVIOUR, NUM_RESPONSE_TOKENS,
                              ENTROPY, KL_TO_START, KL_TO_REFERENCE, NUM_GRADIENT_STEPS,
-                             NUM_SAMPLES_TRAINED, GRADIENT_NORM),
+                             NUM_SAMPLES_TRAINED, GRADIENT_NORM, IMPORTANCE_WEIGHT_MEAN,
+                             IMPORTANCE_TRUNCATED_FRACTION),
     EVALUATION: (EVALUATION_SUCCESS_RATE, EVALUATION_UNTRAINED_SUCCESS_RATE,
                  EVALUATION_SUCCESS_CI95_LOW, EVALUATION_SUCCESS_CI95_HIGH,
                  EVALUATION_TURNS_MEAN, AGENT),
@@ -180,6 +199,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
 NAMED_SUBKEYS: dict[tuple[str, str], str] = {
     (AT_GRPO_RESULTS, ADVANTAGE_STD): "<module>",
     (AT_GRPO_RESULTS, REWARD_STD): "<module>",
+    (AT_GRPO_RESULTS, STALENESS_MEAN): "<module>",
+    (AT_GRPO_RESULTS, STALENESS_MAX): "<module>",
+    (AT_GRPO_RESULTS, POOL_UPDATE_SECONDS): "<pool>",
     (AT_GRPO_RESULTS, TIME_SECONDS): "<part>",
     (AT_GRPO_RESULTS, TIME_SHARE): "<part>",
 }

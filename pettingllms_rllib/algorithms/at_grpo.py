@@ -5,7 +5,16 @@
    iteration loudly), then computes grouped advantages over *all* records before any
    minibatching (groups never straddle runners: a task lives on one runner);
 3. records are routed to their module (``policy_mapping_fn``) and padded: a MultiAgentBatch;
-4. ``learner_group.update``; 5. ``sync_weights`` to the runners; 6. metrics.
+4. ``learner_group.update`` (with ``.resource_pools``, each pool gets its modules' batches
+   and the pools train at the same time: ``resource_pools.py``); 5. ``sync_weights`` to the
+   runners; 6. metrics.
+
+With ``async_rollout`` (one-step off-policy), step 1 collects the sample the runners started
+during the previous iteration and immediately starts the next one with the weights they hold,
+so sampling iteration n+1 overlaps training on iteration n; the new weights reach each runner
+before its next sample (Ray runs an actor's calls in order). Responses then lag the learner by
+one version: the check of step 2 allows ``max_staleness`` versions, and the loss corrects them
+with truncated importance weights (``core/loss.py``).
 """
 
 from __future__ import annotations
@@ -72,8 +81,11 @@ from pettingllms_rllib.metric_keys import (
     NUM_GROUPS,
     NUM_SAMPLES,
     NUM_TRAINED_SAMPLES,
+    POOL_UPDATE_SECONDS,
     REWARD_STD,
     RUNNERS_LOST,
+    STALENESS_MAX,
+    STALENESS_MEAN,
     SUCCESS_RATE,
     TASKS_DROPPED,
     TIME_SECONDS,
@@ -117,6 +129,17 @@ def split_tasks(total: int, num_runners: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(num_runners)]
 
 
+def share_sampler(total: int, num_runners: int):
+    """The function each remote runner is called with: sample its share of ``total`` tasks
+    (a closure over the counts only, so nothing else travels to the runners)."""
+    counts = split_tasks(total, num_runners)
+
+    def sample(runner):
+        return runner.sample(num_tasks=counts[(runner.worker_index or 1) - 1])
+
+    return sample
+
+
 class ATGRPO(Algorithm):
     """Agent- and turn-wise grouped GRPO (arXiv 2510.11062) on RLlib's new API stack."""
 
@@ -141,12 +164,27 @@ class ATGRPO(Algorithm):
         factory = super().default_resource_request(config)
         if isinstance(config, dict):
             config = cls.get_default_config().update_from_dict(config)
-        runner_gpus = float(config.num_gpus_per_env_runner or 0)
-        if config.num_env_runners > 0 or runner_gpus <= 0:
-            return factory
         bundles = [dict(bundle) for bundle in factory.bundles]
-        bundles[0]["GPU"] = max(float(bundles[0].get("GPU", 0)), runner_gpus)
+        pools = config.parsed_resource_pools
+        if pools is not None:  # each pool's learners instead of .learners(...)'s
+            bundles = cls._pooled_bundles(config, bundles, pools)
+        runner_gpus = float(config.num_gpus_per_env_runner or 0)
+        if config.num_env_runners == 0 and runner_gpus > 0:
+            bundles[0]["GPU"] = max(float(bundles[0].get("GPU", 0)), runner_gpus)
         return PlacementGroupFactory(bundles=bundles, strategy=factory.strategy)
+
+    @staticmethod
+    def _pooled_bundles(config, bundles: list[dict], pools) -> list[dict]:
+        """The main bundle (with the GPUs of pools whose learner runs in it), the env
+        runners' bundles, and one bundle per remote learner of every pool."""
+        num_learner_bundles = int(config.num_learners)
+        kept = bundles[:len(bundles) - num_learner_bundles] if num_learner_bundles else bundles
+        main = dict(kept[0])
+        local = [pool for pool in pools if int(pool.num_learners) == 0]
+        main["GPU"] = sum(float(pool.num_gpus_per_learner) for pool in local)
+        main["CPU"] = max(float(config.num_cpus_for_main_process),
+                          max((float(pool.num_cpus_per_learner) for pool in local), default=0.0))
+        return [main] + kept[1:] + [bundle for pool in pools for bundle in pool.bundles()]
 
     @override(Algorithm)
     def setup(self, config) -> None:
@@ -161,6 +199,8 @@ class ATGRPO(Algorithm):
         torch.set_num_threads(max(1, int(config.num_cpus_for_main_process or 1)))
         super().setup(config)
         self._synced_weights_version: int | None = None
+        #: With ``async_rollout``: whether the runners are sampling the next iteration.
+        self._sample_in_flight = False
         #: The held-out evaluation of the untrained team (before any update), when
         #: ``evaluation_interval`` is set: the baseline of every later evaluation.
         self._untrained_evaluation: dict[str, Any] | None = None
@@ -177,7 +217,7 @@ class ATGRPO(Algorithm):
         clock = Stopwatch()
         with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
                                                     reduce="mean", window=1):
-            outputs = self._sample()
+            outputs = self._sample_overlapped() if cfg.async_rollout else self._sample()
         self._check_weights_versions(outputs)
         with clock("advantages"):
             batch = self._training_batch(outputs)
@@ -191,6 +231,9 @@ class ATGRPO(Algorithm):
                     num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
                     shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+            for pool, seconds in getattr(self.learner_group, "last_update_seconds", {}).items():
+                self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
+                                       window=1)
             with clock("weight_sync"), self.metrics.log_time(
                     (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
                 try:
@@ -215,8 +258,11 @@ class ATGRPO(Algorithm):
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs),
                                   sum(int(o.get("tasks_dropped", 0)) for o in outputs))
         by_module: dict[str, list[float]] = defaultdict(list)
+        staleness: dict[str, list[int]] = defaultdict(list)
+        learner_version = self._learner_version(records)
         for record in trained:
             by_module[record.module_id].append(record.advantage)
+            staleness[record.module_id].append(learner_version - int(record.weights_version))
         sampled_by_module: dict[str, list[SampleRecord]] = defaultdict(list)
         for record in records:
             sampled_by_module[record.module_id].append(record)
@@ -224,6 +270,12 @@ class ATGRPO(Algorithm):
             values = by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, ADVANTAGE_STD, module_id),
                                    float(np.std(values)) if values else float("nan"), window=1)
+            lags = staleness.get(module_id, [])
+            self.metrics.log_dict({
+                (AT_GRPO_RESULTS, STALENESS_MEAN, module_id):
+                    float(np.mean(lags)) if lags else float("nan"),
+                (AT_GRPO_RESULTS, STALENESS_MAX, module_id):
+                    float(max(lags)) if lags else float("nan")}, window=1)
             own = sampled_by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, REWARD_STD, module_id),
                                    mean_group_reward_std([r.reward for r in own],
@@ -242,15 +294,40 @@ class ATGRPO(Algorithm):
                 shared_prefix=bool(cfg.shared_prefix_training)).items()},
             env_steps=len(trained))
 
+    def _learner_version(self, records: Sequence[SampleRecord]) -> int:
+        """The weights version the coming update starts from: the last one synced to the
+        runners (before any sync, e.g. just after a restore, the newest the runners used)."""
+        if self._synced_weights_version is not None:
+            return int(self._synced_weights_version)
+        return max((int(r.weights_version) for r in records), default=0)
+
     def _sync_trained_weights(self, trained_modules: list[str]) -> None:
-        version = int(self.metrics.peek((LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
+        """Send the trained modules' new weights to every runner; with resource pools, each
+        pool's modules from that pool. With ``async_rollout`` the request waits behind the
+        runner's in-flight sample (RLlib's fire-and-forget sync drops a request while one is
+        in flight), so the runner's next sample uses these weights."""
+        pooled = getattr(self.learner_group, "weights_seq_no", None)
+        version = int(pooled if pooled is not None else self.metrics.peek(
+            (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
         if self.config.syncs_full_weights_through_disk:
             self._sync_weights_through_disk(trained_modules, version)
         else:
-            self.env_runner_group.sync_weights(
-                from_worker_or_learner_group=self.learner_group, policies=trained_modules,
-                inference_only=True)
+            wait = {"timeout_seconds": None} if self.config.async_rollout else {}
+            for modules in self._modules_by_pool(trained_modules):
+                self.env_runner_group.sync_weights(
+                    from_worker_or_learner_group=self.learner_group, policies=modules,
+                    inference_only=True, **wait)
         self._synced_weights_version = version
+
+    def _modules_by_pool(self, module_ids: list[str]) -> list[list[str]]:
+        """``module_ids`` split by resource pool (one list without pools)."""
+        pool_of = getattr(self.learner_group, "pool_of_module", None)
+        if pool_of is None:
+            return [list(module_ids)]
+        split: dict[str, list[str]] = defaultdict(list)
+        for module_id in module_ids:
+            split[pool_of[module_id]].append(module_id)
+        return [split[name] for name in sorted(split)]
 
     def _log_time_shares(self, clock: Stopwatch, outputs: Sequence[dict[str, Any]]) -> None:
         """This iteration's seconds per part (``core/timing.py``), each logged with window 1
@@ -360,13 +437,11 @@ class ATGRPO(Algorithm):
     def _sample(self) -> list[dict[str, Any]]:
         group = self.env_runner_group
         remote = group.num_remote_env_runners()
-        counts = split_tasks(int(self.config.num_tasks_per_iteration), remote)
         if remote == 0:
             self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST), 0, window=1)
-            return [group.local_env_runner.sample(num_tasks=counts[0])]
-
-        def sample(runner):
-            return runner.sample(num_tasks=counts[(runner.worker_index or 1) - 1])
+            return [group.local_env_runner.sample(
+                num_tasks=int(self.config.num_tasks_per_iteration))]
+        sample = share_sampler(int(self.config.num_tasks_per_iteration), remote)
 
         try:
             outputs = list(group.foreach_env_runner(sample, local_env_runner=False))
@@ -383,6 +458,42 @@ class ATGRPO(Algorithm):
         self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST),
                                len(_lost_runners(outputs, remote)), window=1)
         return outputs
+
+    #: Tag of the in-flight sample requests of ``async_rollout``.
+    _SAMPLE_TAG = "at_grpo_sample"
+
+    def _sample_overlapped(self) -> list[dict[str, Any]]:
+        """``async_rollout``: the outputs of the sample started last iteration (started now
+        on the first), after starting the next one with the runners' current weights."""
+        group = self.env_runner_group
+        if not self._sample_in_flight:
+            self._start_sample()
+        try:
+            outputs = [output for _, output in group.fetch_ready_async_reqs(
+                tags=self._SAMPLE_TAG, timeout_seconds=None)]
+        except RayError as exc:  # restarts off: RLlib re-raises the runner's death
+            raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
+        self._sample_in_flight = False
+        remote = group.num_remote_env_runners()
+        lost = _lost_runners(outputs, remote)
+        sample = share_sampler(int(self.config.num_tasks_per_iteration), remote)
+        if lost:  # a runner died mid-sample: sample its share again, synchronously
+            outputs += self._resample_lost(lost, sample)
+        outputs = self._resample_restarted(outputs, sample)
+        if not outputs:
+            raise EnvRunnerLostError(f"every env runner ({list(range(1, remote + 1))}) failed "
+                                     "while sampling; their logs hold the error")
+        self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST),
+                               len(_lost_runners(outputs, remote)), window=1)
+        self._start_sample()
+        return outputs
+
+    def _start_sample(self) -> None:
+        group = self.env_runner_group
+        group.foreach_env_runner_async(
+            share_sampler(int(self.config.num_tasks_per_iteration),
+                          group.num_remote_env_runners()), tag=self._SAMPLE_TAG)
+        self._sample_in_flight = True
 
     @override(Algorithm)
     def restore_env_runners(self, env_runner_group) -> list[int]:
@@ -403,7 +514,7 @@ class ATGRPO(Algorithm):
         """A runner that Ray restarted between two calls answers with its initial weights
         (version 0) before RLlib ever saw it fail: its tasks are sampled again once it holds
         the current weights. Restarts off: the weights check raises as for any lag."""
-        expected = self._synced_weights_version
+        expected = self._oldest_allowed_version()
         stale = sorted(int(o["worker_index"]) for o in outputs
                        if expected is not None and o["weights_version"] < expected)
         if not stale or not self.config.restart_failed_env_runners:
@@ -448,8 +559,15 @@ class ATGRPO(Algorithm):
                            "their tasks", still)
         return outputs
 
+    def _oldest_allowed_version(self) -> int | None:
+        """The oldest weights a sample may come from: the last synced version, less
+        ``max_staleness`` (None before the first sync)."""
+        if self._synced_weights_version is None:
+            return None
+        return self._synced_weights_version - self.config.effective_max_staleness
+
     def _check_weights_versions(self, outputs: Sequence[dict[str, Any]]) -> None:
-        expected = self._synced_weights_version
+        expected = self._oldest_allowed_version()
         versions = {o["worker_index"]: o["weights_version"] for o in outputs}
         self.metrics.log_value((ENV_RUNNER_RESULTS, WEIGHTS_VERSION_MIN),
                                min(versions.values()), window=1)
@@ -457,8 +575,10 @@ class ATGRPO(Algorithm):
             return
         lagging = {w: v for w, v in versions.items() if v < expected}
         if lagging:
-            raise WeightsLagError(f"env runners {sorted(lagging)} sampled with weights versions "
-                                  f"{lagging} but the learner synced version {expected}")
+            raise WeightsLagError(
+                f"env runners {sorted(lagging)} sampled with weights versions {lagging} but the "
+                f"learner synced version {self._synced_weights_version} and max_staleness is "
+                f"{self.config.effective_max_staleness}")
 
     def _pad_token_id(self) -> int:
         from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer

@@ -103,6 +103,12 @@ class ATGRPOConfig(AlgorithmConfig):
         self.kl_coef = 0.0
         self.mask_truncated_responses = False
         self.shared_prefix_training = True
+        self.async_rollout = False
+        self.max_staleness = None
+        self.importance_sampling_cap = 2.0
+
+        # --- .resource_pools(): one learner group per pool of modules (documented there)
+        self.resource_pool_specs = None
 
         # --- RLlib defaults we change
         self.env_runner_cls = LLMEnvRunner
@@ -220,7 +226,9 @@ class ATGRPOConfig(AlgorithmConfig):
                  advantage_eps: float = NotProvided, clip_eps_low: float = NotProvided,
                  clip_eps_high: float = NotProvided, dual_clip: float | None = NotProvided,
                  kl_coef: float = NotProvided, mask_truncated_responses: bool = NotProvided,
-                 shared_prefix_training: bool = NotProvided, **kwargs) -> "ATGRPOConfig":
+                 shared_prefix_training: bool = NotProvided,
+                 async_rollout: bool = NotProvided, max_staleness: int | None = NotProvided,
+                 importance_sampling_cap: float = NotProvided, **kwargs) -> "ATGRPOConfig":
         """AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.
 
         Args:
@@ -261,6 +269,17 @@ class ATGRPOConfig(AlgorithmConfig):
                 instead of once per candidate (same loss and gradients; 3x learner throughput
                 on the main job, bench/RESULTS.md). False = one row per sample (needed for
                 attention kernels without custom masks, e.g. flash-attention).
+            async_rollout: overlap rollout and training (one-step off-policy): the env
+                runners sample iteration n+1 while the learners train on iteration n, with the
+                weights of update n-1. Needs remote env runners (``num_env_runners >= 1``).
+                Off by default (the synchronous algorithm).
+            max_staleness: the most weights versions a trained response may lag the learner
+                (0 = on-policy, the synchronous algorithm; 1 = one-step off-policy, the only
+                depth ``async_rollout`` builds). None = 1 with ``async_rollout``, else 0. A
+                batch that lags more (a runner that kept old weights) fails the iteration.
+            importance_sampling_cap: C of the token-level truncated importance weight
+                ``min(pi_learner_before_update / pi_behaviour, C)`` applied to responses
+                sampled with older weights than the learner's (2.0; ``core/loss.py``).
             **kwargs: RLlib's ``AlgorithmConfig.training`` arguments (``lr``, ``grad_clip``,
                 ``num_epochs``: passes over each module's rows per update, every row used
                 exactly this often; ``minibatch_size``: samples per learner step and module,
@@ -278,7 +297,62 @@ class ATGRPOConfig(AlgorithmConfig):
             drop_zero_variance_groups=drop_zero_variance_groups, advantage_eps=advantage_eps,
             clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, dual_clip=dual_clip,
             kl_coef=kl_coef, mask_truncated_responses=mask_truncated_responses,
-            shared_prefix_training=shared_prefix_training)
+            shared_prefix_training=shared_prefix_training, async_rollout=async_rollout,
+            max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap)
+
+    def resource_pools(self, pools: dict[str, dict] | None = NotProvided) -> "ATGRPOConfig":
+        """Train modules in separate learner groups: one resource pool per model
+        (PettingLLMs' specialised mode; ``algorithms/resource_pools.py``, docs/gpu.md).
+
+        Args:
+            pools: pool name -> ``{"modules": [module ids], "num_learners": n,
+                "num_cpus_per_learner": c, "num_gpus_per_learner": g, "lr": lr}`` (only
+                ``modules`` is required; defaults 0 learners = inside the driver, 1 CPU,
+                0 GPUs, the config's ``lr``). Every module belongs to exactly one pool; each
+                module's batch goes only to its pool, the pools update concurrently, and each
+                pool's learners hold only its modules (with a shared LoRA base, each pool
+                loads its own copy of the base). ``.learners(...)`` settings are then unused.
+                None (the default) = one learner group holding every module.
+
+        Returns:
+            This updated config.
+        """
+        return self._set_provided(resource_pool_specs=pools)
+
+    @property
+    def parsed_resource_pools(self):
+        """The configured :class:`~pettingllms_rllib.algorithms.resource_pools.ResourcePool`
+        list (None without ``.resource_pools``); raises ValueError on a malformed spec."""
+        from pettingllms_rllib.algorithms.resource_pools import parse_pools
+
+        if self.resource_pool_specs is None:
+            return None
+        pools, problems = parse_pools(self.resource_pool_specs)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return pools
+
+    @property
+    def effective_max_staleness(self) -> int:
+        """The staleness bound in force: 0 unless ``async_rollout`` (then 1 by default)."""
+        if not self.async_rollout:
+            return 0
+        return 1 if self.max_staleness is None else int(self.max_staleness)
+
+    @override(AlgorithmConfig)
+    def build_learner_group(self, *, env=None, spaces=None, rl_module_spec=None,
+                            placement_group=None):
+        """RLlib's one LearnerGroup, or with ``.resource_pools`` one per pool behind a
+        :class:`~pettingllms_rllib.algorithms.resource_pools.PooledLearnerGroup`."""
+        pools = self.parsed_resource_pools
+        if pools is None:
+            return super().build_learner_group(env=env, spaces=spaces,
+                                               rl_module_spec=rl_module_spec,
+                                               placement_group=placement_group)
+        from pettingllms_rllib.algorithms.resource_pools import PooledLearnerGroup
+
+        spec = rl_module_spec or self.get_multi_rl_module_spec(env=env, spaces=spaces)
+        return PooledLearnerGroup(config=self, module_spec=spec, pools=pools)
 
     @override(AlgorithmConfig)
     def update_from_dict(self, config_dict) -> "ATGRPOConfig":
@@ -401,6 +475,8 @@ class ATGRPOConfig(AlgorithmConfig):
             if module_id not in policies:
                 self._value_error(f"policy_mapping_fn maps agent {agent!r} to {module_id!r}, "
                                   f"which is not among the policies {sorted(policies)}")
+        self._check_resource_pools(policies)
+        self._check_staleness()
         if self.evaluation_interval:
             if self.engine != "hf":
                 self._value_error("evaluation_interval (held-out evaluation during training) "
@@ -412,6 +488,34 @@ class ATGRPOConfig(AlgorithmConfig):
         if self.engine == "vllm":
             self._check_vllm_settings()
         self._check_gpu_memory()
+
+    def _check_resource_pools(self, policies: set) -> None:
+        from pettingllms_rllib.algorithms.resource_pools import assignment_problems, parse_pools
+
+        if self.resource_pool_specs is None:
+            return
+        pools, problems = parse_pools(self.resource_pool_specs)
+        if not problems:
+            problems = assignment_problems(pools, policies)
+        if problems:
+            self._value_error("; ".join(problems))
+
+    def _check_staleness(self) -> None:
+        if self.max_staleness is not None:
+            if type(self.max_staleness) is not int or self.max_staleness < 0:
+                self._value_error(f"max_staleness={self.max_staleness!r}; accepted: 0 (on-policy)"
+                                  ", 1 (one-step off-policy, with async_rollout) or None")
+            if self.max_staleness > 1:
+                self._value_error(f"max_staleness={self.max_staleness}; accepted: 0, 1 or None "
+                                  "(async_rollout overlaps one iteration, so responses lag at "
+                                  "most one version)")
+            if self.max_staleness > 0 and not self.async_rollout:
+                self._value_error(f"max_staleness={self.max_staleness} needs "
+                                  "async_rollout=True (synchronous training is on-policy)")
+        if self.async_rollout and not self.in_evaluation and int(self.num_env_runners) < 1:
+            self._value_error("async_rollout=True needs remote env runners to overlap with the "
+                              "learners, got num_env_runners=0; accepted: num_env_runners >= 1 "
+                              "(.env_runners(num_env_runners=1))")
 
     # ------------------------------------------------------------------ GPU memory
     #: Tokens of one sequence assumed by the pre-run memory check when no max length is set.
@@ -478,7 +582,10 @@ class ATGRPOConfig(AlgorithmConfig):
         """Refuse, before any Ray work, a model that cannot fit the GPUs the config asks for."""
         from pettingllms_rllib.models import memory
 
+        pools = self.parsed_resource_pools
         learner_gpus = float(self.num_gpus_per_learner or 0)
+        if pools is not None:
+            learner_gpus = max(float(pool.num_gpus_per_learner) for pool in pools)
         runner_gpus = float(self.num_gpus_per_env_runner or 0)
         if learner_gpus <= 0 and runner_gpus <= 0:
             self._check_host_memory()
@@ -499,7 +606,15 @@ class ATGRPOConfig(AlgorithmConfig):
         num_modules = self.num_modules
         hint = ("use LoRA (.llm(lora={...})), gradient_checkpointing, a smaller model, "
                 "bf16 weights, or more/larger GPUs (docs/gpu.md)")
-        if learner_gpus > 0:
+        if pools is not None:  # each pool's learners hold only that pool's modules
+            for pool in pools:
+                if float(pool.num_gpus_per_learner) > 0:
+                    memory.check_fits(
+                        self.learner_memory_estimate(shape, len(pool.modules)),
+                        int(gpu_bytes * min(1.0, float(pool.num_gpus_per_learner))),
+                        what=f"a learner of pool {pool.name!r} ({len(pool.modules)} modules of "
+                             f"{self.llm_model!r})", device="GPU", hint=hint)
+        elif learner_gpus > 0:
             self.check_learner_memory(shape, int(gpu_bytes * min(1.0, learner_gpus)),
                                       what=f"a learner of {self.llm_model!r}", hint=hint)
         if runner_gpus > 0:

@@ -90,7 +90,10 @@ FIELDS: dict[str, dict[str, Field]] = {
         "dual_clip": Field(float, above=1, optional=True), "advantage_eps": _NONNEGATIVE,
         "kl_coef": _NONNEGATIVE,
         "frozen_modules": Field(list, optional=True),
+        "max_staleness": Field(int, minimum=0, maximum=1, optional=True),
+        "importance_sampling_cap": Field(float, above=0),
     },
+    "resource_pools": {"pools": Field(dict, optional=True)},
     "env_runners": {"num_env_runners": Field(int, minimum=0),
                     "num_cpus_per_env_runner": _NONNEGATIVE,
                     "num_gpus_per_env_runner": _NONNEGATIVE},
@@ -112,7 +115,7 @@ TUNE_FIELDS: dict[str, Field] = {
     "max_concurrent_trials": _INT_POSITIVE, "num_samples": _INT_POSITIVE,
     "grid": Field(dict), "name": Field(str), "description": Field(str),
 }
-_ATTRIBUTE = {("llm", "model"): "llm_model"}  # a kwarg stored under another attribute name
+_ATTRIBUTE = {("llm", "model"): "llm_model", ("resource_pools", "pools"): "resource_pool_specs"}  # a kwarg stored under another attribute name
 _DEFAULTS: dict[str, Any] | None = None
 
 

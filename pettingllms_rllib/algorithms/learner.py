@@ -24,7 +24,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.loss import clipped_token_loss
-from pettingllms_rllib.core.minibatching import plan_minibatches
+from pettingllms_rllib.core.minibatching import plan_minibatches, split_rows
 # The learner metrics (``learners/<module>/...``), defined in metric_keys; NUM_GRADIENT_STEPS,
 # NUM_SAMPLES_TRAINED, KL_TO_START and KL_TO_REFERENCE are also importable from here.
 from pettingllms_rllib.metric_keys import (
@@ -32,6 +32,8 @@ from pettingllms_rllib.metric_keys import (
     CLIP_FRACTION,
     DUAL_CLIP_FRACTION,
     ENTROPY,
+    IMPORTANCE_TRUNCATED_FRACTION,
+    IMPORTANCE_WEIGHT_MEAN,
     KL_TO_REFERENCE,
     KL_TO_START,
     NUM_GRADIENT_STEPS,
@@ -112,6 +114,8 @@ class ATGRPOTorchLearner(TorchLearner):
                     counts[step[module_id]].sum() for step in steps if module_id in step)),
             }, window=1)
         self._kl_to_start_pending = set(batches)
+        for module_id, module_batch in batches.items():
+            self._attach_proximal_logprobs(module_id, module_batch, minibatch_size)
         num_steps = self._agreed_num_steps(len(steps))
         # Built one step at a time: each minibatch is a copy of its rows.
         for step in steps:
@@ -119,6 +123,31 @@ class ATGRPOTorchLearner(TorchLearner):
                                   env_steps=batch.env_steps())
         for _ in range(num_steps - len(steps)):
             yield MultiAgentBatch({}, env_steps=0)
+
+    def _attach_proximal_logprobs(self, module_id, module_batch, minibatch_size) -> None:
+        """Rows sampled with older weights than this update starts from (asynchronous
+        training): their ``old_logp`` becomes this learner's own log-probs before the update
+        (no gradient), and the engine's log-probs move to ``behaviour_logp`` for the truncated
+        importance weight (``core/loss.py``). On-policy rows keep the engine's log-probs in
+        both, so their weight is exactly 1; a batch without stale rows is left as it is."""
+        if "weights_version" not in module_batch:
+            return
+        start_version = int(self._weights_seq_no) - 1  # Learner.update counted this update
+        versions = module_batch["weights_version"]
+        stale = torch.nonzero(versions.to("cpu") < start_version).flatten().numpy()
+        if len(stale) == 0:
+            return
+        proximal = module_batch["old_logp"].clone()
+        counts = samples_per_row(module_batch)
+        with torch.no_grad():
+            for rows in split_rows(counts, stale, minibatch_size):
+                piece = trimmed_rows(module_batch, rows)
+                logp = self._module[module_id].forward_train(piece)[TOKEN_LOGP]
+                index = torch.as_tensor(rows, dtype=torch.long, device=proximal.device)
+                mask = piece["response_mask"].to(logp.dtype)
+                proximal[index, :logp.shape[1]] = (logp * mask).to(proximal.dtype)
+        module_batch["behaviour_logp"] = module_batch["old_logp"]
+        module_batch["old_logp"] = proximal
 
     def _agreed_num_steps(self, local_steps: int) -> int:
         """With several learners every one must take the same number of steps (each step ends
@@ -216,7 +245,8 @@ class ATGRPOTorchLearner(TorchLearner):
     def publish_full_weights(self, root: str, module_ids: list[str],
                              weights_version: int) -> dict[str, str]:
         """Write the given modules' full models under ``root`` (learner 0 only: all learners
-        hold the same weights) and return module -> folder (empty on other learners)."""
+        hold the same weights) and return module -> folder (empty on other learners). With
+        resource pools a learner writes only the modules it holds."""
         from pettingllms_rllib.engines.weight_sync import publish_full_weights
 
         import torch.distributed as dist
@@ -225,7 +255,7 @@ class ATGRPOTorchLearner(TorchLearner):
             return {}
         return {module_id: publish_full_weights(self._module[module_id].causal_lm, root,
                                                 module_id, weights_version)
-                for module_id in module_ids}
+                for module_id in module_ids if module_id in self._module.keys()}
 
     @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
@@ -269,7 +299,9 @@ class ATGRPOTorchLearner(TorchLearner):
         loss, stats = clipped_token_loss(
             fwd_out[TOKEN_LOGP], batch["old_logp"], batch["advantages"], batch["response_mask"],
             clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high,
-            dual_clip=config.dual_clip, ref_logp=reference, kl_coef=kl_coef)
+            dual_clip=config.dual_clip, ref_logp=reference, kl_coef=kl_coef,
+            behaviour_logp=batch["behaviour_logp"] if "behaviour_logp" in batch else None,
+            importance_cap=float(config.importance_sampling_cap))
         if reference is not None:
             self.metrics.log_value((module_id, KL_TO_REFERENCE), stats.kl_to_reference,
                                    window=1)
@@ -279,6 +311,8 @@ class ATGRPOTorchLearner(TorchLearner):
             (module_id, DUAL_CLIP_FRACTION): stats.dual_clip_fraction,
             (module_id, POLICY_BEHAVIOUR_RATIO): stats.mean_ratio,
             (module_id, APPROX_KL_BEHAVIOUR): stats.approx_kl_behaviour,
+            (module_id, IMPORTANCE_WEIGHT_MEAN): stats.importance_weight_mean,
+            (module_id, IMPORTANCE_TRUNCATED_FRACTION): stats.importance_truncated_fraction,
             (module_id, NUM_RESPONSE_TOKENS): stats.num_tokens,
             (module_id, ENTROPY): _masked_mean(fwd_out[TOKEN_ENTROPY], batch["response_mask"]),
         }, window=1)

@@ -18,7 +18,7 @@ import numpy as np
 from pettingllms_rllib.core.records import SampleRecord
 
 BATCH_COLUMNS = ("input_ids", "attention_mask", "response_mask", "old_logp", "advantages",
-                 "rewards")
+                 "rewards", "weights_version")
 
 
 def _check_logprobs(record: SampleRecord) -> None:
@@ -40,6 +40,7 @@ def pad_records(records: Sequence[SampleRecord], pad_token_id: int = 0) -> dict[
         "old_logp": np.zeros((rows, length), dtype=np.float32),
         "advantages": np.array([r.advantage for r in records], dtype=np.float32),
         "rewards": np.array([r.reward for r in records], dtype=np.float32),
+        "weights_version": np.array([r.weights_version for r in records], dtype=np.int64),
     }
     for row, record in enumerate(records):
         _check_logprobs(record)
@@ -79,7 +80,7 @@ def batches_per_module(records: Sequence[SampleRecord], pad_token_id: int = 0, *
 
 #: Columns of a shared-prefix (packed) batch: one row per distinct prompt of a module.
 PACKED_COLUMNS = ("input_ids", "position_ids", "segment_ids", "response_mask", "old_logp",
-                  "advantages", "num_samples")
+                  "advantages", "num_samples", "weights_version")
 #: ``segment_ids`` of the shared prompt and of padding; responses are numbered 1..n.
 PROMPT_SEGMENT, PADDING_SEGMENT = 0, -1
 
@@ -107,7 +108,8 @@ def pack_records(records: Sequence[SampleRecord],
     The prompt is so computed once per group instead of once per candidate (K times fewer
     prompt tokens), with exactly the per-row log-probs and gradients. ``advantages`` is per
     token here (each response carries its own); ``num_samples`` counts the responses of a row,
-    which is what ``minibatch_size`` counts.
+    which is what ``minibatch_size`` counts; ``weights_version`` is the oldest weights version
+    a row's responses were sampled with.
     """
     if not records:
         raise ValueError("cannot build a batch from zero records")
@@ -125,6 +127,10 @@ def pack_records(records: Sequence[SampleRecord],
         "old_logp": np.zeros((rows, length), dtype=np.float32),
         "advantages": np.zeros((rows, length), dtype=np.float32),
         "num_samples": np.array([len(group) for group in buckets], dtype=np.int64),
+        # The oldest weights any response of the row was sampled with (asynchronous training
+        # corrects rows sampled with older weights than the learner's; core/loss.py).
+        "weights_version": np.array([min(r.weights_version for r in group)
+                                     for group in buckets], dtype=np.int64),
     }
     for row, group in enumerate(buckets):
         prompt = group[0].prompt_ids

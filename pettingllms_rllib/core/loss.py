@@ -9,6 +9,17 @@ negative advantages (Ye et al. 2020, arXiv 1912.09729), averaged over all respon
     l_t     = min(l_t, -c * A)            where A < 0   (dual clip, c = dual_clip)
     loss    = sum_t mask_t * (l_t + beta * kl_t) / sum_t mask_t
 
+Off-policy data (asynchronous training, where a response was sampled with weights older than
+the learner's): ``old_logp`` is then the learner's own log-prob before this update (the
+"proximal" policy, computed without gradient), and each token's loss is weighted by the
+truncated importance ratio to the behaviour policy that really sampled it (token-level TIS,
+as in the decoupled PPO objective of AReaL, arXiv 2505.24298):
+
+    w_t     = min(exp(old_logp_t - behaviour_logp_t), C)      (no gradient)
+    l_t     = w_t * l_t
+
+With ``behaviour_logp`` left out, or equal to ``old_logp``, every ``w_t`` is exactly 1.
+
 ``kl_t`` is the k3 estimator ``exp(ref - logp) - (ref - logp) - 1`` of KL(pi || pi_ref), only
 when reference log-probs are given. The advantage of a response is broadcast to all its tokens;
 prompt tokens and other agents' text are excluded by ``mask``.
@@ -32,26 +43,36 @@ class LossStats:
     approx_kl_behaviour: float
     kl_to_reference: float
     num_tokens: int
+    importance_weight_mean: float = 1.0
+    importance_truncated_fraction: float = 0.0
 
 
 def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                        mask: torch.Tensor, *, clip_eps_low: float = 0.2,
                        clip_eps_high: float = 0.28, dual_clip: float | None = 3.0,
                        ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
-                       ) -> tuple[torch.Tensor, LossStats]:
+                       behaviour_logp: torch.Tensor | None = None,
+                       importance_cap: float = 2.0) -> tuple[torch.Tensor, LossStats]:
     """Return ``(loss, stats)``.
 
     Args:
         logp: [B, L] log-probs of the taken tokens under the current policy (differentiable).
-        old_logp: [B, L] behaviour log-probs from the engine at the same temperature.
+        old_logp: [B, L] log-probs the ratio is taken against: the engine's behaviour log-probs
+            (on-policy data), or the learner's own before this update (off-policy data).
         advantages: [B] (one per response, broadcast) or [B, L].
         mask: [B, L], 1 for response tokens that are trained on.
         clip_eps_low / clip_eps_high: the ratio is clipped to [1 - low, 1 + high].
         dual_clip: c > 1 bounding the loss for A < 0 at -c*A; None disables it.
         ref_logp / kl_coef: optional KL penalty to a reference policy.
+        behaviour_logp: [B, L] the log-probs of the policy that sampled the tokens, when it is
+            not the one ``old_logp`` holds: tokens are weighted by the truncated importance
+            ratio ``min(exp(old_logp - behaviour_logp), importance_cap)``.
+        importance_cap: C, the truncation of that ratio (> 0).
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    if not importance_cap > 0:
+        raise ValueError(f"importance_cap must be > 0, got {importance_cap}")
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)
     if adv.dim() == 1:
@@ -70,6 +91,14 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
         diff = (ref_logp.to(logp.dtype) - logp) * mask
         kl = torch.exp(diff) - diff - 1.0
         per_token = per_token + kl_coef * kl
+    weight = torch.ones_like(per_token)
+    truncated = torch.zeros_like(mask, dtype=torch.bool)
+    if behaviour_logp is not None:
+        with torch.no_grad():
+            raw = torch.exp((old_logp.to(logp.dtype) - behaviour_logp.to(logp.dtype)) * mask)
+            truncated = raw > importance_cap
+            weight = torch.clamp(raw, max=importance_cap)
+        per_token = weight * per_token
     num_tokens = mask.sum()
     denom = num_tokens.clamp(min=1.0)
     loss = (per_token * mask).sum() / denom
@@ -84,5 +113,7 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
             approx_kl_behaviour=float((((ratio - 1.0) - log_ratio) * mask).sum() / denom),
             kl_to_reference=float((kl * mask).sum() / denom),
             num_tokens=int(num_tokens),
+            importance_weight_mean=float((weight * mask).sum() / denom),
+            importance_truncated_fraction=float((truncated.to(mask.dtype) * mask).sum() / denom),
         )
     return loss, stats

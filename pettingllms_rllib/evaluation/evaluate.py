@@ -192,6 +192,23 @@ def read_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
     return config
 
 
+def checkpoint_module_dirs(checkpoint: str | Path) -> list[Path]:
+    """The MultiRLModule folders of an algorithm checkpoint: one, or with resource pools one
+    per pool (``learner_group/pools/<pool>/learner/rl_module``)."""
+    from pettingllms_rllib.algorithms.resource_pools import POOLS_DIR
+
+    group = Path(checkpoint) / "learner_group"
+    pooled = sorted((group / POOLS_DIR).glob("*/learner/rl_module"))
+    if pooled:
+        return pooled
+    single = group / "learner" / "rl_module"
+    if not single.is_dir():
+        raise FileNotFoundError(f"{checkpoint} holds no trained modules (neither "
+                                f"learner_group/learner/rl_module nor learner_group/{POOLS_DIR}/"
+                                "<pool>/learner/rl_module)")
+    return [single]
+
+
 def checkpoint_policies(checkpoint: str | Path) -> Policies:
     """The trained modules of a checkpoint, with the mapping they were trained with."""
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
@@ -200,14 +217,13 @@ def checkpoint_policies(checkpoint: str | Path) -> Policies:
 
     checkpoint = Path(checkpoint).resolve()  # RLlib reads relative paths as URIs
     config = read_checkpoint_config(checkpoint)
-    module_dir = checkpoint / "learner_group" / "learner" / "rl_module"
-    multi_module = MultiRLModule.from_checkpoint(str(module_dir))
     env = make_text_env(config["env"], config["env_config"])
     mapping = {agent: config["policy_mapping_fn"](agent, None) for agent in env.possible_agents}
     modules = {}
-    for module_id in sorted(multi_module.keys()):
-        module = multi_module[module_id]
-        modules[module_id] = _ActivatedModel(module)
+    for module_dir in checkpoint_module_dirs(checkpoint):
+        multi_module = MultiRLModule.from_checkpoint(str(module_dir))
+        for module_id in sorted(multi_module.keys()):
+            modules[module_id] = _ActivatedModel(multi_module[module_id])
     spec = ModelSpec(**ModelSpec.fields_of_config(config))
     return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(spec),
                     source=f"checkpoint {checkpoint}", model=config["llm_model"])

@@ -15,8 +15,12 @@ class _Metrics:
         self.values[key] = value
 
 
-def _algo(synced):
-    return types.SimpleNamespace(_synced_weights_version=synced, metrics=_Metrics())
+def _algo(synced, max_staleness=0):
+    algo = types.SimpleNamespace(
+        _synced_weights_version=synced, metrics=_Metrics(),
+        config=types.SimpleNamespace(effective_max_staleness=max_staleness))
+    algo._oldest_allowed_version = lambda: ATGRPO._oldest_allowed_version(algo)
+    return algo
 
 
 def test_tasks_are_spread_evenly_and_every_runner_gets_one():
@@ -29,6 +33,14 @@ def test_runner_behind_the_learner_fails_the_iteration_loudly():
     outputs = [{"worker_index": 1, "weights_version": 3}, {"worker_index": 2, "weights_version": 2}]
     with pytest.raises(WeightsLagError, match=r"env runners \[2\].*version 3"):
         ATGRPO._check_weights_versions(_algo(3), outputs)
+
+
+def test_with_async_rollout_a_runner_may_lag_max_staleness_versions_and_no_more():
+    one_behind = [{"worker_index": 1, "weights_version": 2}]
+    ATGRPO._check_weights_versions(_algo(3, max_staleness=1), one_behind)
+    two_behind = [{"worker_index": 1, "weights_version": 1}]
+    with pytest.raises(WeightsLagError, match=r"version 3 and max_staleness is 1"):
+        ATGRPO._check_weights_versions(_algo(3, max_staleness=1), two_behind)
 
 
 def test_runners_in_step_pass_and_report_the_minimum_version():

@@ -54,3 +54,15 @@ def test_the_learner_trains_kept_records_of_unfrozen_modules_and_masks_truncated
                             mask_truncated=True) == [full]
     with pytest.raises(ValueError):  # one keep flag per record
         records_to_train(records, keep[:2])
+
+
+def test_every_row_carries_the_oldest_weights_version_its_responses_were_sampled_with():
+    import dataclasses
+
+    from pettingllms_rllib.core.batching import pack_records
+
+    old, new = (dataclasses.replace(_record("a", "m", [5, 6], [7]), weights_version=3),
+                dataclasses.replace(_record("a", "m", [5, 6], [8]), weights_version=4))
+    other = dataclasses.replace(_record("a", "m", [9], [1]), weights_version=4)
+    np.testing.assert_array_equal(pad_records([old, new, other])["weights_version"], [3, 4, 4])
+    np.testing.assert_array_equal(pack_records([old, new, other])["weights_version"], [3, 4])

@@ -70,3 +70,44 @@ def test_invalid_dual_clip_is_rejected():
     with pytest.raises(ValueError, match="dual_clip"):
         clipped_token_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
                            dual_clip=0.5)
+
+
+# ---- off-policy data: truncated importance weights to the behaviour policy (async training)
+def test_importance_weights_are_one_when_behaviour_and_learner_agree():
+    logp = torch.log(torch.tensor([[0.5, 0.6, 0.9]])).requires_grad_()
+    old = torch.log(torch.tensor([[0.5, 0.4, 0.5]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    plain, plain_stats = clipped_token_loss(logp, old, torch.tensor([1.0]), mask)
+    weighted, stats = clipped_token_loss(logp, old, torch.tensor([1.0]), mask,
+                                         behaviour_logp=old.clone())
+    assert weighted.item() == plain.item()
+    assert stats.importance_weight_mean == 1.0 and stats.importance_truncated_fraction == 0.0
+    assert plain_stats.importance_weight_mean == 1.0
+
+
+def test_each_token_is_weighted_by_its_truncated_ratio_to_the_behaviour_policy():
+    logp = torch.log(torch.tensor([[0.5, 0.5]]))
+    proximal = torch.log(torch.tensor([[0.5, 0.5]]))  # ratio to the learner's own: 1
+    behaviour = torch.log(torch.tensor([[0.25, 0.05]]))  # raw weights 2 and 10
+    loss, stats = clipped_token_loss(logp, proximal, torch.tensor([1.0]), torch.ones(1, 2),
+                                     behaviour_logp=behaviour, importance_cap=3.0)
+    # -min(1*1, 1*1) per token, weighted by 2 and min(10, 3) = 3: mean of -2 and -3.
+    assert loss.item() == pytest.approx(-2.5, rel=1e-5)
+    assert stats.importance_weight_mean == pytest.approx(2.5, rel=1e-5)
+    assert stats.importance_truncated_fraction == pytest.approx(0.5)
+
+
+def test_importance_weights_carry_no_gradient():
+    logp = torch.log(torch.tensor([[0.5]])).requires_grad_()
+    behaviour = torch.log(torch.tensor([[0.25]])).requires_grad_()
+    loss, _ = clipped_token_loss(logp, torch.log(torch.tensor([[0.5]])), torch.tensor([1.0]),
+                                 torch.ones(1, 1), behaviour_logp=behaviour)
+    loss.backward()
+    assert behaviour.grad is None
+    assert logp.grad.item() == pytest.approx(-2.0, rel=1e-5)  # d(-2 * exp(logp - prox))/dlogp
+
+
+def test_importance_cap_must_be_positive():
+    with pytest.raises(ValueError, match="importance_cap"):
+        clipped_token_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1),
+                           behaviour_logp=torch.zeros(1, 1), importance_cap=0.0)
