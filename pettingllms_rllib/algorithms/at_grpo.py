@@ -217,7 +217,7 @@ class ATGRPO(Algorithm):
         clock = Stopwatch()
         with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
                                                     reduce="mean", window=1):
-            outputs = self._sample_overlapped() if cfg.async_rollout else self._sample()
+            outputs = self._sample_overlapped() if self.overlaps_sampling else self._sample()
         self._check_weights_versions(outputs)
         with clock("advantages"):
             batch = self._training_batch(outputs)
@@ -312,7 +312,7 @@ class ATGRPO(Algorithm):
         if self.config.syncs_full_weights_through_disk:
             self._sync_weights_through_disk(trained_modules, version)
         else:
-            wait = {"timeout_seconds": None} if self.config.async_rollout else {}
+            wait = {"timeout_seconds": None} if self.overlaps_sampling else {}
             for modules in self._modules_by_pool(trained_modules):
                 self.env_runner_group.sync_weights(
                     from_worker_or_learner_group=self.learner_group, policies=modules,
@@ -458,6 +458,12 @@ class ATGRPO(Algorithm):
         self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST),
                                len(_lost_runners(outputs, remote)), window=1)
         return outputs
+
+    @property
+    def overlaps_sampling(self) -> bool:
+        """Whether sampling overlaps training: ``async_rollout`` with ``max_staleness >= 1``
+        (``max_staleness=0`` is the synchronous algorithm, exactly)."""
+        return bool(self.config.async_rollout) and self.config.effective_max_staleness > 0
 
     #: Tag of the in-flight sample requests of ``async_rollout``.
     _SAMPLE_TAG = "at_grpo_sample"

@@ -300,7 +300,7 @@ class ATGRPOConfig(AlgorithmConfig):
             shared_prefix_training=shared_prefix_training, async_rollout=async_rollout,
             max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap)
 
-    def resource_pools(self, pools: dict[str, dict] | None = NotProvided) -> "ATGRPOConfig":
+    def resource_pools(self, *, pools: dict[str, dict] | None = NotProvided) -> "ATGRPOConfig":
         """Train modules in separate learner groups: one resource pool per model
         (PettingLLMs' specialised mode; ``algorithms/resource_pools.py``, docs/gpu.md).
 
@@ -501,17 +501,11 @@ class ATGRPOConfig(AlgorithmConfig):
             self._value_error("; ".join(problems))
 
     def _check_staleness(self) -> None:
-        if self.max_staleness is not None:
-            if type(self.max_staleness) is not int or self.max_staleness < 0:
-                self._value_error(f"max_staleness={self.max_staleness!r}; accepted: 0 (on-policy)"
-                                  ", 1 (one-step off-policy, with async_rollout) or None")
-            if self.max_staleness > 1:
-                self._value_error(f"max_staleness={self.max_staleness}; accepted: 0, 1 or None "
-                                  "(async_rollout overlaps one iteration, so responses lag at "
-                                  "most one version)")
-            if self.max_staleness > 0 and not self.async_rollout:
-                self._value_error(f"max_staleness={self.max_staleness} needs "
-                                  "async_rollout=True (synchronous training is on-policy)")
+        # Its type and range (0 or 1: async_rollout overlaps one iteration, so responses lag
+        # at most one version) are a declared field (config_fields.py), checked before this.
+        if self.max_staleness and not self.async_rollout:
+            self._value_error(f"max_staleness={self.max_staleness} needs async_rollout=True "
+                              "(synchronous training is on-policy: 0 or None)")
         if self.async_rollout and not self.in_evaluation and int(self.num_env_runners) < 1:
             self._value_error("async_rollout=True needs remote env runners to overlap with the "
                               "learners, got num_env_runners=0; accepted: num_env_runners >= 1 "

@@ -9,8 +9,8 @@ import pytest
 
 from pettingllms_rllib.algorithms import ATGRPOConfig
 
-SETTERS = ("llm", "training")
-STORED_AS = {"model": "llm_model"}
+SETTERS = ("llm", "training", "resource_pools")
+STORED_AS = {"model": "llm_model", "pools": "resource_pool_specs"}
 
 
 def _arguments(setter: str) -> list[str]:
