@@ -30,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
-from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE
+from ray.rllib.core import (COMPONENT_LEARNER, COMPONENT_METRICS_LOGGER, COMPONENT_OPTIMIZER,
+                            COMPONENT_RL_MODULE)
 from ray.rllib.core.learner.learner_group import LearnerGroup
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch
@@ -245,7 +246,8 @@ class PooledLearnerGroup(LearnerGroup):
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
         """One learner state for all pools: module weights and optimiser states merged by
-        module, and the group's weights version."""
+        module, and the group's weights version (the learners' metrics stay with their pool:
+        they cannot be merged without mixing them up)."""
         state: dict[str, Any] = {}
         if not self._check_component(COMPONENT_LEARNER, components, not_components):
             return state
@@ -258,7 +260,7 @@ class PooledLearnerGroup(LearnerGroup):
             for key, value in part.items():
                 if key in (COMPONENT_RL_MODULE, COMPONENT_OPTIMIZER):
                     merged.setdefault(key, {}).update(value)
-                elif key != WEIGHTS_SEQ_NO:
+                elif key not in (WEIGHTS_SEQ_NO, COMPONENT_METRICS_LOGGER):
                     merged.setdefault(key, value)
         state[COMPONENT_LEARNER] = merged
         return state
@@ -284,7 +286,8 @@ class PooledLearnerGroup(LearnerGroup):
         for name, pool in self.pools.items():
             modules = set(self.pool_specs[name].modules)
             part = {key: value for key, value in learner.items()
-                    if key not in (COMPONENT_RL_MODULE, COMPONENT_OPTIMIZER)}
+                    if key not in (COMPONENT_RL_MODULE, COMPONENT_OPTIMIZER,
+                                   COMPONENT_METRICS_LOGGER)}
             if COMPONENT_RL_MODULE in learner:
                 part[COMPONENT_RL_MODULE] = {m: s for m, s in learner[COMPONENT_RL_MODULE].items()
                                              if m in modules}
@@ -307,7 +310,9 @@ class PooledLearnerGroup(LearnerGroup):
     # ------------------------------------------------------------------ checkpoints
     def save_to_path(self, path=None, *, state=None, filesystem=None, use_msgpack=False) -> str:
         """One ordinary LearnerGroup checkpoint per pool under ``path/pools/<pool>``, plus the
-        group's weights version; a given ``state`` (RLlib passes the merged one) is split."""
+        group's weights version. A given ``state`` (RLlib passes the merged one) is not used:
+        each pool saves its own, with its learners' own metrics and counters, which a merged
+        state cannot hold apart."""
         if path is None:
             import tempfile
 
@@ -315,19 +320,7 @@ class PooledLearnerGroup(LearnerGroup):
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         for name, pool in self.pools.items():
-            pool_state = None
-            if state is not None:
-                learner = dict(state.get(COMPONENT_LEARNER, {}))
-                modules = set(self.pool_specs[name].modules)
-                if COMPONENT_RL_MODULE in learner:
-                    learner[COMPONENT_RL_MODULE] = {
-                        m: s for m, s in learner[COMPONENT_RL_MODULE].items() if m in modules}
-                if COMPONENT_OPTIMIZER in learner:
-                    learner[COMPONENT_OPTIMIZER] = {
-                        k: s for k, s in learner[COMPONENT_OPTIMIZER].items()
-                        if s.get("module_id") in modules}
-                pool_state = {COMPONENT_LEARNER: learner}
-            pool.save_to_path(root / POOLS_DIR / name, state=pool_state, filesystem=filesystem,
+            pool.save_to_path(root / POOLS_DIR / name, filesystem=filesystem,
                               use_msgpack=use_msgpack)
         with open(root / POOLED_STATE_FILE, "wb") as handle:
             pickle.dump({WEIGHTS_SEQ_NO: self._weights_seq_no,
