@@ -302,10 +302,12 @@ class ATGRPO(Algorithm):
         return max((int(r.weights_version) for r in records), default=0)
 
     def _sync_trained_weights(self, trained_modules: list[str]) -> None:
-        """Send the trained modules' new weights to every runner; with resource pools, each
-        pool's modules from that pool. With ``async_rollout`` the request waits behind the
-        runner's in-flight sample (RLlib's fire-and-forget sync drops a request while one is
-        in flight), so the runner's next sample uses these weights."""
+        """Send the trained modules' new weights to every runner in one request per runner
+        (with resource pools, the pooled group gathers each module's weights from its pool:
+        RLlib's fire-and-forget sync drops a request while the runner's previous one is in
+        flight, so one request per pool could lose a pool's weights). With ``async_rollout``
+        the request waits for the previous one and then queues behind the runner's in-flight
+        sample, so the runner's next sample uses these weights."""
         pooled = getattr(self.learner_group, "weights_seq_no", None)
         version = int(pooled if pooled is not None else self.metrics.peek(
             (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
@@ -313,21 +315,10 @@ class ATGRPO(Algorithm):
             self._sync_weights_through_disk(trained_modules, version)
         else:
             wait = {"timeout_seconds": None} if self.overlaps_sampling else {}
-            for modules in self._modules_by_pool(trained_modules):
-                self.env_runner_group.sync_weights(
-                    from_worker_or_learner_group=self.learner_group, policies=modules,
-                    inference_only=True, **wait)
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group, policies=trained_modules,
+                inference_only=True, **wait)
         self._synced_weights_version = version
-
-    def _modules_by_pool(self, module_ids: list[str]) -> list[list[str]]:
-        """``module_ids`` split by resource pool (one list without pools)."""
-        pool_of = getattr(self.learner_group, "pool_of_module", None)
-        if pool_of is None:
-            return [list(module_ids)]
-        split: dict[str, list[str]] = defaultdict(list)
-        for module_id in module_ids:
-            split[pool_of[module_id]].append(module_id)
-        return [split[name] for name in sorted(split)]
 
     def _log_time_shares(self, clock: Stopwatch, outputs: Sequence[dict[str, Any]]) -> None:
         """This iteration's seconds per part (``core/timing.py``), each logged with window 1

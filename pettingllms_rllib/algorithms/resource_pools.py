@@ -11,7 +11,8 @@ modules (``rl_module_spec``) and its pool's learner resources and optimiser sett
 * every pool then carries the same weights version (the group's update count), so env runners
   and engines keep one version number whatever the number of pools;
 * ``get_state`` / ``set_state`` merge and split states by module, so RLlib's ``sync_weights``
-  and ``Algorithm.get_state`` work unchanged;
+  (one request per runner carrying every pool's trained modules) and ``Algorithm.get_state``
+  work unchanged;
 * a checkpoint holds one ordinary ``LearnerGroup`` checkpoint per pool under
   ``learner_group/pools/<pool>/`` (``evaluation.evaluate.checkpoint_policies`` reads both
   layouts).
@@ -175,7 +176,17 @@ class PooledLearnerGroup(LearnerGroup):
     docstring). It is a ``LearnerGroup`` so that RLlib's ``sync_weights`` and checkpointing
     treat it as one; it builds its pools instead of learners of its own."""
 
-    def __init__(self, *, config, module_spec: MultiRLModuleSpec, pools: list[ResourcePool]):
+    def __init__(self, *, config, module_spec: MultiRLModuleSpec, pools: list[ResourcePool],
+                 make_learner_group=LearnerGroup):
+        """Build one learner group per pool.
+
+        Args:
+            config: the algorithm's config.
+            module_spec: the MultiRLModule spec of every module.
+            pools: the pools (``ATGRPOConfig.parsed_resource_pools``).
+            make_learner_group: what builds one pool's group from ``config=`` and
+                ``module_spec=`` (RLlib's ``LearnerGroup``; tests pass a stand-in).
+        """
         # Not LearnerGroup.__init__: the pools own the learners.
         self.config = config.copy(copy_frozen=False)
         self._module_spec = module_spec
@@ -191,7 +202,7 @@ class PooledLearnerGroup(LearnerGroup):
         for pool in pools:
             logger.info("resource pool %r: modules %s on %d learner(s)", pool.name,
                         list(pool.modules), pool.num_learners)
-            self.pools[pool.name] = LearnerGroup(
+            self.pools[pool.name] = make_learner_group(
                 config=pool_config(config, pool),
                 module_spec=restrict_spec(module_spec, pool.modules))
 

@@ -1,0 +1,111 @@
+"""``PooledLearnerGroup``'s routing, without Ray: each pool is built with only its modules and
+its own learner settings, receives only its modules' rows, and every pool carries the group's
+weights version; states merge and split by module. Stand-in learner groups record calls."""
+
+import threading
+
+import numpy as np
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+from pettingllms_rllib.algorithms import ATGRPOConfig
+from pettingllms_rllib.algorithms.resource_pools import PooledLearnerGroup, ResourcePool
+
+POOLS = [ResourcePool("fast", ("a",), num_learners=1, lr=1e-3),
+         ResourcePool("slow", ("b", "c"), num_learners=2, num_gpus_per_learner=0.5)]
+
+
+class StandInGroup:
+    #: Set by a test: every pool's update waits here until all pools are inside theirs.
+    barrier: threading.Barrier | None = None
+
+    def __init__(self, *, config, module_spec):
+        self.config, self.modules = config, sorted(module_spec.rl_module_specs)
+        self.updates, self.versions_set, self.states_set = [], [], []
+
+    def shutdown(self):
+        pass
+
+    def update(self, *, batch, timesteps=None, **kwargs):
+        if StandInGroup.barrier is not None:
+            StandInGroup.barrier.wait()  # raises BrokenBarrierError if the pools ran in turn
+        self.updates.append(sorted(batch.policy_batches))
+        return [{m: {"rows": len(b)} for m, b in batch.policy_batches.items()}]
+
+    def foreach_learner(self, func, **kwargs):
+        class Learner:
+            def set_state(inner, state):
+                self.versions_set.append(state["weights_seq_no"])
+        func(Learner())
+        return []
+
+    def get_state(self, components=None, **kwargs):
+        return {"learner": {"rl_module": {m: {"w": m} for m in self.modules},
+                            "optimizer": {f"{m}_opt": {"module_id": m} for m in self.modules},
+                            "weights_seq_no": 99, "metrics_logger": self.modules}}
+
+    def set_state(self, state):
+        self.states_set.append(state)
+
+
+def pooled() -> PooledLearnerGroup:
+    config = ATGRPOConfig().multi_agent(policies={"a", "b", "c"})
+    spec = MultiRLModuleSpec(rl_module_specs={m: RLModuleSpec() for m in "abc"})
+    return PooledLearnerGroup(config=config, module_spec=spec, pools=POOLS,
+                              make_learner_group=StandInGroup)
+
+
+def batch(*modules) -> MultiAgentBatch:
+    return MultiAgentBatch({m: SampleBatch({"x": np.zeros(2)}) for m in modules}, env_steps=2)
+
+
+def test_each_pool_is_built_with_only_its_modules_and_its_own_learners():
+    group = pooled()
+    fast, slow = group.pools["fast"], group.pools["slow"]
+    assert (fast.modules, slow.modules) == (["a"], ["b", "c"])
+    assert (fast.config.num_learners, slow.config.num_learners) == (1, 2)
+    assert slow.config.num_gpus_per_learner == 0.5
+    assert fast.config.algorithm_config_overrides_per_module["a"]["lr"] == 1e-3
+    assert set(fast.config.policies) == {"a"} and set(slow.config.policies) == {"b", "c"}
+
+
+def test_rows_go_to_their_pool_only_and_the_pools_update_at_the_same_time():
+    group = pooled()
+    StandInGroup.barrier = threading.Barrier(len(POOLS), timeout=10)
+    try:
+        results = group.update(batch=batch("a", "b", "c"))
+    finally:
+        StandInGroup.barrier = None
+    assert group.pools["fast"].updates == [["a"]] and group.pools["slow"].updates == [["b", "c"]]
+    assert sorted(m for r in results for m in r) == ["a", "b", "c"]
+    assert group.weights_seq_no == 1
+
+
+def test_a_pool_without_rows_takes_the_new_version_too():
+    group = pooled()
+    group.update(batch=batch("a"))
+    group.update(batch=batch("a"))
+    assert group.pools["slow"].updates == []
+    assert group.pools["slow"].versions_set == [1, 2]
+    assert group.pools["fast"].versions_set == []  # its own update counted it
+
+
+def test_states_merge_and_split_by_module():
+    group = pooled()
+    merged = group.get_state()["learner"]
+    assert sorted(merged["rl_module"]) == ["a", "b", "c"]
+    assert sorted(merged["optimizer"]) == ["a_opt", "b_opt", "c_opt"]
+    assert merged["weights_seq_no"] == 0 and "metrics_logger" not in merged
+    group.set_state({"learner": {**merged, "weights_seq_no": 7}})
+    (slow_state,) = group.pools["slow"].states_set
+    assert sorted(slow_state["learner"]["rl_module"]) == ["b", "c"]
+    assert sorted(slow_state["learner"]["optimizer"]) == ["b_opt", "c_opt"]
+    assert group.weights_seq_no == 7
+
+
+def test_a_request_for_one_modules_weights_asks_only_its_pool():
+    group = pooled()
+    assert group._asks_for_pool("fast", ["learner/rl_module/a"])
+    assert not group._asks_for_pool("slow", ["learner/rl_module/a"])
+    assert group._asks_for_pool("slow", None) and group._asks_for_pool("slow", "learner")
