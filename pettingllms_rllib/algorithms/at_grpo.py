@@ -438,6 +438,12 @@ class ATGRPO(Algorithm):
             outputs = list(group.foreach_env_runner(sample, local_env_runner=False))
         except RayError as exc:  # restarts off: RLlib re-raises the runner's death
             raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
+        return self._complete_sample(outputs, remote, sample)
+
+    def _complete_sample(self, outputs: list[dict[str, Any]], remote: int,
+                         sample) -> list[dict[str, Any]]:
+        """The outputs of every runner: the shares of runners that died mid-sample and of
+        runners Ray restarted are sampled again (``sample`` is the per-runner function)."""
         lost = _lost_runners(outputs, remote)
         if lost:
             outputs += self._resample_lost(lost, sample)
@@ -472,16 +478,9 @@ class ATGRPO(Algorithm):
             raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
         self._sample_in_flight = False
         remote = group.num_remote_env_runners()
-        lost = _lost_runners(outputs, remote)
-        sample = share_sampler(int(self.config.num_tasks_per_iteration), remote)
-        if lost:  # a runner died mid-sample: sample its share again, synchronously
-            outputs += self._resample_lost(lost, sample)
-        outputs = self._resample_restarted(outputs, sample)
-        if not outputs:
-            raise EnvRunnerLostError(f"every env runner ({list(range(1, remote + 1))}) failed "
-                                     "while sampling; their logs hold the error")
-        self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST),
-                               len(_lost_runners(outputs, remote)), window=1)
+        # A runner lost mid-sample has its share sampled again, synchronously.
+        outputs = self._complete_sample(
+            outputs, remote, share_sampler(int(self.config.num_tasks_per_iteration), remote))
         self._start_sample()
         return outputs
 

@@ -154,9 +154,13 @@ def _runner_pids() -> list[int]:
     return [int(pid) for pid in found.stdout.split()]
 
 
-def _train_killing_the_runner(tmp_path, restarts: bool):
+def _train_killing_the_runner(tmp_path, restarts: bool, async_rollout: bool = False):
     config = tmp_path / "runner.yaml"
-    config.write_text(textwrap.dedent(REMOTE_RUNNER.replace("RESTARTS", str(restarts).lower())))
+    text = REMOTE_RUNNER.replace("RESTARTS", str(restarts).lower())
+    if async_rollout:
+        text = text.replace("num_tasks_per_iteration: 1}", "num_tasks_per_iteration: 1, "
+                            "async_rollout: true}")
+    config.write_text(textwrap.dedent(text))
     output = tmp_path / "runs"
     run = subprocess.Popen([*CLI, "train", str(config), "--output", str(output), "--num-cpus", "3"],
                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
@@ -193,6 +197,19 @@ def test_a_killed_env_runner_is_restarted_with_current_weights_and_the_run_finis
     # The restarted runner sampled with the learner's current weights: one version per update.
     versions = [int(row["env_runners"]["weights_version_min"]) for row in rows]
     assert versions == list(range(versions[0], versions[0] + ITERATIONS)), versions
+
+
+def test_async_a_runner_killed_mid_sample_is_restarted_and_staleness_stays_bounded(tmp_path):
+    code, log, output = _train_killing_the_runner(tmp_path, restarts=True, async_rollout=True)
+    assert code == 0, log[-3000:]
+    trial_dir = next(output.glob("runner_faults/*/"))
+    assert _iterations(trial_dir) == list(range(1, ITERATIONS + 1))
+    assert "failed while sampling; restarted [1]" in log or "answered with initial weights" in log
+    rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    assert all(row["env_runners"]["num_runners_lost"] == 0 for row in rows)
+    lags = [lag for row in rows for lag in row["at_grpo"]["staleness_max"].values()
+            if lag == lag]  # NaN: a module that trained nothing that iteration
+    assert lags and all(lag <= 1 for lag in lags), lags  # a resampled share is current: 0
 
 
 def test_with_restarts_off_the_error_names_the_dead_runner(tmp_path):
