@@ -182,8 +182,9 @@ def _train_killing_the_runner(tmp_path, restarts: bool, async_rollout: bool = Fa
     return run.returncode, log, output
 
 
-def test_a_killed_env_runner_is_restarted_with_current_weights_and_the_run_finishes(tmp_path):
-    code, log, output = _train_killing_the_runner(tmp_path, restarts=True)
+def _rows_of_a_run_that_survived_the_kill(code, log, output) -> list[dict]:
+    """What every run with restarts on must show after its runner was killed: it finished
+    every iteration once, logged the kill and resampled, and lost no task."""
     assert code == 0, log[-3000:]
     trial_dir = next(output.glob("runner_faults/*/"))
     assert _iterations(trial_dir) == list(range(1, ITERATIONS + 1))
@@ -191,22 +192,23 @@ def test_a_killed_env_runner_is_restarted_with_current_weights_and_the_run_finis
     # initial weights; both are logged and resampled.
     assert "failed while sampling; restarted [1]" in log or "answered with initial weights" in log
     rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
-    # Every iteration sampled with the weights the learner had synced (else WeightsLagError)
-    # and no task was dropped.
+    # Every iteration sampled with weights the check allows (else WeightsLagError) and no
+    # task was dropped.
     assert all(row["env_runners"]["num_runners_lost"] == 0 for row in rows)
+    return rows
+
+
+def test_a_killed_env_runner_is_restarted_with_current_weights_and_the_run_finishes(tmp_path):
+    rows = _rows_of_a_run_that_survived_the_kill(*_train_killing_the_runner(tmp_path,
+                                                                            restarts=True))
     # The restarted runner sampled with the learner's current weights: one version per update.
     versions = [int(row["env_runners"]["weights_version_min"]) for row in rows]
     assert versions == list(range(versions[0], versions[0] + ITERATIONS)), versions
 
 
 def test_async_a_runner_killed_mid_sample_is_restarted_and_staleness_stays_bounded(tmp_path):
-    code, log, output = _train_killing_the_runner(tmp_path, restarts=True, async_rollout=True)
-    assert code == 0, log[-3000:]
-    trial_dir = next(output.glob("runner_faults/*/"))
-    assert _iterations(trial_dir) == list(range(1, ITERATIONS + 1))
-    assert "failed while sampling; restarted [1]" in log or "answered with initial weights" in log
-    rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
-    assert all(row["env_runners"]["num_runners_lost"] == 0 for row in rows)
+    rows = _rows_of_a_run_that_survived_the_kill(*_train_killing_the_runner(
+        tmp_path, restarts=True, async_rollout=True))
     lags = [lag for row in rows for lag in row["at_grpo"]["staleness_max"].values()
             if lag == lag]  # NaN: a module that trained nothing that iteration
     assert lags and all(lag <= 1 for lag in lags), lags  # a resampled share is current: 0
