@@ -51,7 +51,8 @@ from pettingllms_rllib.algorithms.config import ATGRPOConfig
 from pettingllms_rllib.core.advantages import group_advantages, mean_group_reward_std
 from pettingllms_rllib.core.batching import batches_per_module, records_to_train
 from pettingllms_rllib.core.records import SampleRecord
-from pettingllms_rllib.core.timing import TIME_PARTS, Stopwatch, time_shares
+from pettingllms_rllib.core.timing import (TIME_PARTS, Stopwatch, rollout_seconds_waited,
+                                           time_shares)
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
 # This library's result keys, defined in metric_keys. AT_GRPO_RESULTS, ITERATION_SECONDS,
@@ -323,9 +324,11 @@ class ATGRPO(Algorithm):
     def _log_time_shares(self, clock: Stopwatch, outputs: Sequence[dict[str, Any]]) -> None:
         """This iteration's seconds per part (``core/timing.py``), each logged with window 1
         so the value is this iteration's, not a running average. Runners sample in parallel:
-        the slowest runner's generate and env seconds count."""
+        the slowest runner's generate and env seconds count, as far as the driver waited for
+        them (``core/timing.rollout_seconds_waited``)."""
         generate = max((float(o["generate_s"]) for o in outputs), default=0.0)
         env = max((float(o["sample_s"]) - float(o["generate_s"]) for o in outputs), default=0.0)
+        generate, env = rollout_seconds_waited(generate, env, clock.seconds.get("sample", 0.0))
         total = clock.elapsed()
         parts = time_shares({"generate": generate, "env": env,
                              **{part: clock.seconds.get(part, 0.0)

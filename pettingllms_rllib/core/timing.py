@@ -30,6 +30,19 @@ def time_shares(seconds: Mapping[str, float], total: float) -> dict[str, dict[st
     return {"seconds": parts, "share": {part: s * scale for part, s in parts.items()}}
 
 
+def rollout_seconds_waited(generate: float, env: float, waited: float) -> tuple[float, float]:
+    """The runner's generate and env seconds that the iteration spent waiting for: all of
+    them when the driver waited as long (synchronous sampling), else scaled down to the wait
+    (with ``async_rollout`` the rest ran during the previous update, and counting it again
+    would make the parts add up to more than the iteration)."""
+    generate, env = max(0.0, float(generate)), max(0.0, float(env))
+    ran = generate + env
+    if ran <= waited or ran == 0:
+        return generate, env
+    scale = max(0.0, float(waited)) / ran
+    return generate * scale, env * scale
+
+
 class TimedCall:
     """Wraps a callable and adds the seconds spent in it to :attr:`seconds`."""
 

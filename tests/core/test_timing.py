@@ -38,3 +38,11 @@ def test_stopwatch_adds_up_each_named_phase_within_the_total():
         pass
     assert set(clock.seconds) == {"learner", "generate"}
     assert 0 < sum(clock.seconds.values()) <= clock.elapsed()
+
+
+def test_rollout_seconds_count_only_as_far_as_the_iteration_waited_for_them():
+    from pettingllms_rllib.core.timing import rollout_seconds_waited
+
+    assert rollout_seconds_waited(30.0, 10.0, waited=41.0) == (30.0, 10.0)  # synchronous
+    assert rollout_seconds_waited(30.0, 10.0, waited=4.0) == pytest.approx((3.0, 1.0))  # async
+    assert rollout_seconds_waited(0.0, 0.0, waited=0.0) == (0.0, 0.0)
