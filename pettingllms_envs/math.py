@@ -121,6 +121,9 @@ _DIGIT = re.compile(r"\d")
 #: Answer formats of the reasoner: ``\boxed{...}`` (the paper's) or a closing sentence "The
 #: answer is 12." that ~100M-parameter instruct models already write unprompted.
 ANSWER_FORMATS = ("boxed", "sentence")
+#: What the compact prompt's tool instruction shows: the placeholder line, or a concrete
+#: ``print(<number>)`` with a number that is never the answer.
+TOOL_EXAMPLES = ("placeholder", "number")
 #: The compact prompt's tool instruction: a placeholder (a syntax error if copied), not an
 #: example answer. With ``print(42)`` instead, the untrained 135M tool's programs were right on
 #: 8 of 32 held-out problems (greedy), against 19 of 32 with this line.
@@ -457,6 +460,9 @@ class MathEnv(TextParallelEnv):
             ``\\boxed{...}``, default) or "sentence" (a closing "The answer is 12.", read by
             :func:`parse_answer_sentence`; a box still counts). ~100M-parameter instruct models
             write the sentence unprompted but almost never a box.
+        tool_example: what the compact prompt shows the tool: "placeholder" (the line
+            :data:`TOOL_PLACEHOLDER`, default) or "number" (``print(42)``, a number that is
+            never the answer). The full prompt always shows a number.
     """
 
     metadata = {"name": "math_v0"}
@@ -473,10 +479,14 @@ class MathEnv(TextParallelEnv):
                  correct_reward: float = 1.0, wrong_reward: float = 0.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
-                 single_agent: bool = False, answer_format: str = "boxed"):
+                 single_agent: bool = False, answer_format: str = "boxed",
+                 tool_example: str = "placeholder"):
         if answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format={answer_format!r}; accepted: {ANSWER_FORMATS}")
+        if tool_example not in TOOL_EXAMPLES:
+            raise ValueError(f"tool_example={tool_example!r}; accepted: {TOOL_EXAMPLES}")
         self.answer_format = answer_format
+        self.tool_example = tool_example
         self.difficulty, self.kinds = check_generator_args(difficulty, kinds)
         self.test_fraction = check_float("test_fraction", test_fraction)
         if not 0.0 <= self.test_fraction <= 1.0:
@@ -606,7 +616,8 @@ class MathEnv(TextParallelEnv):
             elif self.turn:
                 lines.append(f"The reasoner answered: {clip_text(theirs, 80)}.")
             lines.append(self._compact_answer_line(number) if agent == "reasoner"
-                         else f"Write a ```python block with one line: {TOOL_PLACEHOLDER}")
+                         else f"Write a ```python block with one line: "
+                              f"{self._compact_tool_line(number)}")
             return "\n".join(lines)
         lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
                  question, ""]
@@ -638,6 +649,10 @@ class MathEnv(TextParallelEnv):
                 return number
         raise RuntimeError(f"every example number equals the answer {self.problem.answer!r}")
 
+    def _compact_tool_line(self, number: str) -> str:
+        """The program line the compact prompt shows the tool (``tool_example``)."""
+        return TOOL_PLACEHOLDER if self.tool_example == "placeholder" else f"print({number})"
+
     def _answer_instruction(self, number: str) -> str:
         """The full prompt's answer-format line for the reasoner."""
         if self.answer_format == "boxed":
@@ -654,7 +669,8 @@ class MathEnv(TextParallelEnv):
         number = self.example_number()
         reasoner = (f"\\boxed{{{number}}}" if self.answer_format == "boxed"
                     else SENTENCE_PLACEHOLDER)
-        tool = TOOL_PLACEHOLDER if self.prompt_style == "compact" else f"print({number})"
+        tool = (self._compact_tool_line(number) if self.prompt_style == "compact"
+                else f"print({number})")
         examples = {"reasoner": reasoner, "tool": f"```python\n{tool}\n```"}
         return {agent: text for agent, text in examples.items() if agent in self.agents}
 

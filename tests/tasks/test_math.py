@@ -456,6 +456,20 @@ def test_compact_prompt_keeps_the_state_and_answer_format():
     assert max(len(t.splitlines()) for t in obs.values()) <= 4
 
 
+def test_the_compact_tool_line_can_be_a_number_that_is_never_the_answer():
+    env = _env(MathProblem(id="a", question="What is 40 + 2?", answer="42"),
+               prompt_style="compact", tool_example="number")
+    obs = env.current_observations()
+    assert "with one line: print(17)" in obs["tool"] and TOOL_PLACEHOLDER not in obs["tool"]
+    assert env.prompt_examples()["tool"] == "```python\nprint(17)\n```"
+    assert env.clone().current_observations()["tool"] == obs["tool"]
+
+
+def test_an_unknown_tool_example_is_refused_naming_the_accepted_ones():
+    with pytest.raises(ValueError, match="tool_example='code'.*placeholder"):
+        MathEnv(tool_example="code")
+
+
 def test_non_ascii_problems_are_shown_in_ascii():
     env = _env(MathProblem(id="u", question="Find x \u2264 3 \u2212 y for caf\u00e9 \u65e5.",
                            answer="1"))
