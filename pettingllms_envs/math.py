@@ -616,8 +616,7 @@ class MathEnv(TextParallelEnv):
             elif self.turn:
                 lines.append(f"The reasoner answered: {clip_text(theirs, 80)}.")
             lines.append(self._compact_answer_line(number) if agent == "reasoner"
-                         else f"Write a ```python block with one line: "
-                              f"{self._compact_tool_line(number)}")
+                         else self._compact_tool_instruction(number))
             return "\n".join(lines)
         lines = [f"Math problem (turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}):",
                  question, ""]
@@ -652,6 +651,13 @@ class MathEnv(TextParallelEnv):
     def _compact_tool_line(self, number: str) -> str:
         """The program line the compact prompt shows the tool (``tool_example``)."""
         return TOOL_PLACEHOLDER if self.tool_example == "placeholder" else f"print({number})"
+
+    def _compact_tool_instruction(self, number: str) -> str:
+        """The compact prompt's tool line. The "number" wording is the one measured before the
+        placeholder (docs/RESULTS.md: untrained team 0.19 on 32 held-out problems)."""
+        if self.tool_example == "placeholder":
+            return f"Write a ```python block with one line: {TOOL_PLACEHOLDER}"
+        return f"Write a ```python block that prints the answer, like: print({number})"
 
     def _answer_instruction(self, number: str) -> str:
         """The full prompt's answer-format line for the reasoner."""

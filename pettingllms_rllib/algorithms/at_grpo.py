@@ -48,6 +48,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from pettingllms_rllib.algorithms.config import ATGRPOConfig
+from pettingllms_rllib.algorithms.resource_pools import PooledLearnerGroup
 from pettingllms_rllib.core.advantages import group_advantages, mean_group_reward_std
 from pettingllms_rllib.core.batching import batches_per_module, records_to_train
 from pettingllms_rllib.core.records import SampleRecord
@@ -232,9 +233,10 @@ class ATGRPO(Algorithm):
                     num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
                     shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-            for pool, seconds in getattr(self.learner_group, "last_update_seconds", {}).items():
-                self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
-                                       window=1)
+            if self.pooled_learner_group is not None:
+                for pool, seconds in self.pooled_learner_group.last_update_seconds.items():
+                    self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
+                                           window=1)
             with clock("weight_sync"), self.metrics.log_time(
                     (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
                 try:
@@ -302,6 +304,13 @@ class ATGRPO(Algorithm):
             return int(self._synced_weights_version)
         return max((int(r.weights_version) for r in records), default=0)
 
+    @property
+    def pooled_learner_group(self) -> PooledLearnerGroup | None:
+        """The learner group when ``.resource_pools`` built one group per pool, else None (one
+        RLlib LearnerGroup, whose version is in the learner results)."""
+        group = self.learner_group
+        return group if isinstance(group, PooledLearnerGroup) else None
+
     def _sync_trained_weights(self, trained_modules: list[str]) -> None:
         """Send the trained modules' new weights to every runner in one request per runner
         (with resource pools, the pooled group gathers each module's weights from its pool:
@@ -309,8 +318,8 @@ class ATGRPO(Algorithm):
         flight, so one request per pool could lose a pool's weights). With ``async_rollout``
         the request waits for the previous one and then queues behind the runner's in-flight
         sample, so the runner's next sample uses these weights."""
-        pooled = getattr(self.learner_group, "weights_seq_no", None)
-        version = int(pooled if pooled is not None else self.metrics.peek(
+        pooled = self.pooled_learner_group
+        version = int(pooled.weights_seq_no if pooled is not None else self.metrics.peek(
             (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
         if self.config.syncs_full_weights_through_disk:
             self._sync_weights_through_disk(trained_modules, version)

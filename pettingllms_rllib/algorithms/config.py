@@ -490,13 +490,13 @@ class ATGRPOConfig(AlgorithmConfig):
         self._check_gpu_memory()
 
     def _check_resource_pools(self, policies: set) -> None:
-        from pettingllms_rllib.algorithms.resource_pools import assignment_problems, parse_pools
+        from pettingllms_rllib.algorithms.resource_pools import assignment_problems
 
-        if self.resource_pool_specs is None:
-            return
-        pools, problems = parse_pools(self.resource_pool_specs)
-        if not problems:
-            problems = assignment_problems(pools, policies)
+        try:
+            pools = self.parsed_resource_pools
+        except ValueError as malformed:
+            self._value_error(str(malformed))
+        problems = assignment_problems(pools, policies) if pools is not None else []
         if problems:
             self._value_error("; ".join(problems))
 

@@ -23,6 +23,7 @@ module, as before.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import pickle
@@ -163,12 +164,11 @@ def pool_config(config, pool: ResourcePool):
 
 
 def restrict_spec(spec: MultiRLModuleSpec, module_ids: Collection[str]) -> MultiRLModuleSpec:
-    """The same MultiRLModule spec (class, shared model config) with only ``module_ids``."""
-    return MultiRLModuleSpec(
-        multi_rl_module_class=spec.multi_rl_module_class,
-        observation_space=spec.observation_space, action_space=spec.action_space,
-        inference_only=spec.inference_only, model_config=spec.model_config,
-        rl_module_specs={m: spec.rl_module_specs[m] for m in module_ids})
+    """The same MultiRLModule spec (every field but the modules kept, e.g. the class, the shared
+    model config, what to load) with only ``module_ids``; ``spec`` is left as it is."""
+    restricted = copy.copy(spec)  # not dataclasses.replace: it re-passes a deprecated field
+    restricted.rl_module_specs = {m: spec.rl_module_specs[m] for m in module_ids}
+    return restricted
 
 
 class PooledLearnerGroup(LearnerGroup):

@@ -6,8 +6,11 @@ accepted. The placement group reserves every pool's learners."""
 import pytest
 
 from pettingllms_rllib.algorithms import ATGRPO, ATGRPOConfig
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
 from pettingllms_rllib.algorithms.resource_pools import (ResourcePool, assignment_problems,
-                                                         parse_pools)
+                                                         parse_pools, restrict_spec)
 from pettingllms_rllib.experiment import multi_agent_kwargs
 
 ROLES = ["tool", "planner"]
@@ -105,3 +108,12 @@ def test_a_pool_learning_inside_the_driver_puts_its_gpu_in_the_main_bundle():
                                "num_gpus_per_learner": 1}).env_runners(num_env_runners=1)
     factory = ATGRPO.default_resource_request(cfg)
     assert [float(b.get("GPU", 0)) for b in factory.bundles] == [1, 0, 1]
+
+
+def test_a_pools_spec_keeps_every_field_but_the_other_modules():
+    full = MultiRLModuleSpec(rl_module_specs={m: RLModuleSpec() for m in ROLES},
+                             model_config={"shared": 1}, load_state_path="/ckpt")
+    tool_only = restrict_spec(full, ["tool"])
+    assert set(tool_only.rl_module_specs) == {"tool"}
+    assert (tool_only.model_config, tool_only.load_state_path) == ({"shared": 1}, "/ckpt")
+    assert set(full.rl_module_specs) == set(ROLES)  # the algorithm's spec is left whole

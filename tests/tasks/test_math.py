@@ -460,7 +460,7 @@ def test_the_compact_tool_line_can_be_a_number_that_is_never_the_answer():
     env = _env(MathProblem(id="a", question="What is 40 + 2?", answer="42"),
                prompt_style="compact", tool_example="number")
     obs = env.current_observations()
-    assert "with one line: print(17)" in obs["tool"] and TOOL_PLACEHOLDER not in obs["tool"]
+    assert "prints the answer, like: print(17)" in obs["tool"] and TOOL_PLACEHOLDER not in obs["tool"]
     assert env.prompt_examples()["tool"] == "```python\nprint(17)\n```"
     assert env.clone().current_observations()["tool"] == obs["tool"]
 
