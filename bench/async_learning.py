@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from worker import run_worker
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN_JOB = REPO / "tune_configs" / "math_cpu.yaml"
@@ -49,12 +49,8 @@ print("RESULT " + json.dumps({"seed": seed, "trained_s": trained, "iterations": 
 
 
 def run(mode: str, seed: int, seconds: float) -> dict:
-    out = subprocess.run([sys.executable, "-c", WORKER, str(MAIN_JOB), str(seconds), str(seed),
-                          *MODES[mode]], cwd=REPO, capture_output=True, text=True)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"{mode} seed {seed} failed:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_worker(WORKER, [MAIN_JOB, seconds, seed, *MODES[mode]], cwd=REPO,
+                      what=f"{mode} seed {seed}")
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+from worker import run_worker  # noqa: E402  (bench/ itself, put on the path above)
 #: The commit before the speed work (shared-prefix training, preallocated decode loop).
 DEFAULT_BASELINE = "191644a"
 MAIN_JOB = REPO / "tune_configs" / "plan_path_cpu.yaml"
@@ -359,15 +360,10 @@ print("RESULT " + json.dumps(rows, default=float))
 
 
 def run_iterations(tree: Path, args) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     config = tree / MAIN_JOB.relative_to(REPO)  # each tree's own main job
-    out = subprocess.run([sys.executable, "-c", ITERATION_WORKER, str(config),
-                          str(args.iterations), *args.set], env=env, cwd=tree,
-                         capture_output=True, text=True)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"iteration worker failed in {tree}:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_worker(ITERATION_WORKER, [config, args.iterations, *args.set], cwd=tree,
+                      env={**os.environ, "PYTHONPATH": str(tree)},
+                      what=f"iteration worker in {tree}")
 
 
 def bench_iteration(args) -> dict:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from worker import run_worker
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN_JOB = REPO / "tune_configs" / "math_cpu.yaml"
@@ -61,12 +61,7 @@ print("RESULT " + json.dumps(rows, default=float))
 
 
 def run_arm(name: str, iterations: int) -> list[dict]:
-    out = subprocess.run([sys.executable, "-c", WORKER, str(MAIN_JOB), str(iterations),
-                          *ARMS[name]], cwd=REPO, capture_output=True, text=True)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"arm {name} failed:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_worker(WORKER, [MAIN_JOB, iterations, *ARMS[name]], cwd=REPO, what=f"arm {name}")
 
 
 def main() -> None:
