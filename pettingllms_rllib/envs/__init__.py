@@ -10,9 +10,12 @@ from pettingllms_rllib.envs.registry import (
     register_text_env,
     registered_env_ids,
 )
+from pettingllms_rllib.envs.wrappers import (
+    AECTextEnv, NotATextEnvError, ParallelTextEnv, wrap_aec_env, wrap_parallel_env)
 
 __all__ = [
     "ParseResult", "Role", "StageOutcome", "TextParallelEnv", "check_clone_contract",
     "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
     "registered_env_ids", "SPLITS", "TRAIN_SEED_LIMIT", "split_of_seed", "task_name",
+    "AECTextEnv", "NotATextEnvError", "ParallelTextEnv", "wrap_aec_env", "wrap_parallel_env",
 ]

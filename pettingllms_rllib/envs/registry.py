@@ -16,6 +16,8 @@ import re
 from typing import Any, Callable, Mapping
 
 from pettingllms_rllib.envs.base import TextParallelEnv
+from pettingllms_rllib.envs.wrappers import (PROTOCOL_ATTRIBUTES, NotATextEnvError,
+                                             missing_protocol_attributes)
 
 EnvCreator = Callable[..., TextParallelEnv]
 #: The entry-point group under which installed packages declare their text envs.
@@ -30,6 +32,10 @@ def register_text_env(env_id: str, creator: EnvCreator, *, with_ray: bool = True
         raise ValueError(f"env id {env_id!r} must look like 'name_v0' (lowercase, versioned)")
     if not callable(creator):
         raise TypeError(f"creator for {env_id!r} must be callable, got {type(creator).__name__}")
+    if isinstance(creator, type):  # a class: its methods can be checked before any instance
+        _check_protocol(creator, [name for name in PROTOCOL_ATTRIBUTES
+                                  if callable(getattr(TextParallelEnv, name, None))
+                                  and not hasattr(creator, name)])
     _REGISTRY[env_id] = creator
     if with_ray:
         from ray.tune.registry import register_env
@@ -47,6 +53,20 @@ class _RayEnvCreator:
         from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
 
         return ParallelPettingZooEnv(self.creator(**dict(env_config or {})))
+
+
+def _check_protocol(env_or_class: Any, missing: list[str]) -> None:
+    """Raise :class:`NotATextEnvError` naming ``missing`` and the wrapper that supplies them."""
+    if not missing:
+        return
+    cls = env_or_class if isinstance(env_or_class, type) else type(env_or_class)
+    from pettingzoo import AECEnv
+
+    wrapper = "wrap_aec_env" if issubclass(cls, AECEnv) else "wrap_parallel_env"
+    raise NotATextEnvError(
+        f"{cls.__name__} is not a text env: it lacks {', '.join(missing)} (the text-env "
+        f"protocol). A plain PettingZoo env needs no rewrite: register "
+        f"{wrapper}({cls.__name__}) instead (pettingllms_rllib.envs; docs/custom_env.md)")
 
 
 _entry_points_loaded = False
@@ -107,6 +127,10 @@ def make_text_env(env_id: str, env_config: Mapping[str, Any] | None = None) -> T
     """Build a registered env. Bad ``env_config`` keys raise a ``ValueError`` naming them."""
     creator = get_env_creator(env_id)
     try:
-        return creator(**dict(env_config or {}))
+        env = creator(**dict(env_config or {}))
+    except NotATextEnvError:
+        raise
     except TypeError as exc:
         raise ValueError(f"bad env_config for {env_id!r}: {exc}") from exc
+    _check_protocol(env, missing_protocol_attributes(env))
+    return env

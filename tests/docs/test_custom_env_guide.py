@@ -23,16 +23,26 @@ def run_blocks(blocks: list[str]) -> dict:
     return namespace
 
 
-def test_the_guide_has_write_test_register_and_train_blocks():
+def test_the_guide_has_wrap_write_test_register_and_train_blocks():
     blocks = python_blocks()
-    assert len(blocks) == 4
-    assert "class WordRelayEnv(TextParallelEnv)" in blocks[0]
-    assert "parallel_api_test" in blocks[1] and "check_clone_contract" in blocks[1]
-    assert "register_text_env" in blocks[2] and "build_algo" in blocks[3]
+    assert len(blocks) == 5
+    assert "wrap_parallel_env(EchoGame)" in blocks[0] and "TextParallelEnv" not in blocks[0]
+    assert "class WordRelayEnv(TextParallelEnv)" in blocks[1]
+    assert "parallel_api_test" in blocks[2] and "check_clone_contract" in blocks[2]
+    assert "register_text_env" in blocks[3] and "build_algo" in blocks[4]
+
+
+def test_the_wrapped_plain_env_passes_the_checks_and_registers_as_the_guide_says():
+    from pettingllms_rllib.envs import ParallelTextEnv, make_text_env
+
+    run_blocks(python_blocks()[:1])  # check_text_env raises if the wrapped env fails a rule
+    env = make_text_env("echo_game_v0")
+    env.reset(seed=0)
+    assert isinstance(env, ParallelTextEnv) and env.acting_agents() == ("left", "right")
 
 
 def test_the_example_env_is_written_tested_and_registered_as_the_guide_says():
-    namespace = run_blocks(python_blocks()[:3])
+    namespace = run_blocks(python_blocks()[:4])
     env = namespace["make_text_env"]("word_relay_v0")
     assert isinstance(env, namespace["WordRelayEnv"])
 
