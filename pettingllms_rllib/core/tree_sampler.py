@@ -78,7 +78,8 @@ class TreeSampler:
             baseline; ``ATGRPOConfig`` checks it); K = 1 is a plain rollout (evaluation without
             test-time search).
         max_stages: safety cap on stages per episode (the env's own turn budget normally ends
-            it); exceeding it raises, since it means the env never terminates.
+            it); a task still running after it is dropped with a warning, since its env
+            never terminates (``check_text_env`` catches such an env before training).
     """
 
     def __init__(self, generate: GenerateFn, module_for_agent: Callable[[str], str], *,
@@ -118,8 +119,11 @@ class TreeSampler:
                                    exc_info=True)
                     dropped.append(item.task)
             live = [item for item in live if item.task not in dropped and item.env.agents]
-        else:
-            raise RuntimeError(f"episodes still running after {self.max_stages} stages")
+        for item in live:  # the cap was hit: an env that never ends its episode
+            logger.warning("task %s: its episode was still running after %d stages (does the "
+                           "env ever terminate or truncate?); the task is dropped from this "
+                           "iteration", item.task, self.max_stages)
+            dropped.append(item.task)
         if dropped:
             records = [r for r in records if r.group_key.task not in dropped]
             summaries = [s for s in summaries if s.task not in dropped]

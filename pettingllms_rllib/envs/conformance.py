@@ -78,7 +78,8 @@ def check_clone_contract(env: TextParallelEnv, *, seed: int = 0, max_steps: int 
 
 
 def check_text_env(env_factory: Callable[[], TextParallelEnv], *, seeds: Sequence[int] = (0, 1),
-                   num_cycles: int = 20, expect_parse_errors: bool | None = None) -> None:
+                   num_cycles: int = 20, expect_parse_errors: bool | None = None,
+                   max_episode_steps: int = 1_000) -> None:
     """The full conformance suite for a text env (PettingZoo API + text-env protocol).
 
     Args:
@@ -90,6 +91,8 @@ def check_text_env(env_factory: Callable[[], TextParallelEnv], *, seeds: Sequenc
             it rather than raise or accept it). Default: True for a ``TextParallelEnv``,
             whose roles parse; False for a wrapped plain env, which may accept any text
             (then only the key's presence is checked).
+        max_episode_steps: an episode of unusable answers must end within this many steps
+            (the sampler drops a task whose episode never ends, after many model calls).
     """
     from pettingzoo.test import parallel_api_test
 
@@ -116,3 +119,15 @@ def check_text_env(env_factory: Callable[[], TextParallelEnv], *, seeds: Sequenc
             mixed = env.alpha * info["reward_team"] + info["reward_local"]
             assert np.isclose(rewards[agent], mixed), (
                 f"{agent}: reward {rewards[agent]} != alpha*team + local = {mixed}")
+        _check_episode_ends(env_factory(), seed, max_episode_steps)
+
+
+def _check_episode_ends(env: TextParallelEnv, seed: int, max_steps: int) -> None:
+    env.reset(seed=seed)
+    for step in range(max_steps):
+        if not env.agents:
+            return
+        env.step(_garbage_actions(env, step))
+    assert not env.agents, (f"reset(seed={seed}): the episode did not end within {max_steps} "
+                            "steps of unusable answers; the env must terminate or truncate "
+                            "(e.g. after a turn budget)")

@@ -162,3 +162,15 @@ def test_a_task_whose_env_raises_is_dropped_and_the_others_go_on():
     assert {r.group_key.task for r in result.records} == {"task0", "task1"}
     assert sorted(e.task for e in result.episodes) == ["task0", "task1"]
     assert all(e.num_turns == 3 for e in result.episodes)  # the others played to the end
+
+
+def test_a_task_whose_episode_never_ends_is_dropped_at_the_stage_cap(caplog):
+    engine = ScriptedEngine({"adder": ["0", "0"], "checker": ["0", "0"]})
+    roots = _roots(1, max_turns=2, target=100)
+    endless = ToyCounterEnv(max_turns=10_000, target=100)
+    endless.reset(seed=3)
+    roots["endless"] = endless
+    result = TreeSampler(engine, lambda a: "m", num_branches=2, max_stages=8).run(roots)
+    assert result.dropped_tasks == ["endless"]
+    assert {r.group_key.task for r in result.records} == {"task0"}
+    assert "still running after 8 stages" in caplog.text

@@ -148,3 +148,14 @@ def test_a_wrapped_env_registers_and_is_made_with_its_config():
     register_text_env("clue_game_v0", wrap_parallel_env(ClueGame), with_ray=False)
     env = make_text_env("clue_game_v0", {"max_rounds": 1})
     assert env.env.max_rounds == 1 and env.metadata["name"] == "clue_game_v0"
+
+
+class _Endless(VoteGame):
+    def step(self, actions):
+        self.steps = 0  # never reaches its end
+        return super().step(actions)
+
+
+def test_an_env_whose_episode_never_ends_fails_the_conformance_suite():
+    with pytest.raises(AssertionError, match="did not end within 50 steps"):
+        check_text_env(lambda: wrap_parallel_env(_Endless)(), max_episode_steps=50)
