@@ -85,6 +85,10 @@ ADVANTAGE_STD = "advantage_std"
 #: ``at_grpo/reward_std/<module>``: mean within-group std of the module's rewards before
 #: normalisation: how different the K candidates were, i.e. how much there was to compare.
 REWARD_STD = "reward_std"
+#: ``at_grpo/stage_credit_mean/<module>``: with ``stage_credit="turn"``, mean credit (``alpha *
+#: team`` of the turn's end) over the module's candidates that got one: what its earlier-stage
+#: answers led to; NaN when none did (credit off, or the module acts last in its turns).
+STAGE_CREDIT_MEAN = "stage_credit_mean"
 #: ``at_grpo/num_groups``: advantage groups (task, agent, turn) this iteration.
 NUM_GROUPS = "num_groups"
 #: ``at_grpo/zero_variance_group_fraction``: share of groups whose K rewards were all equal
@@ -181,7 +185,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                                        AGENT_EPISODE_RETURN_MEAN, AGENT_RESPONSE_TOKENS_MEAN,
                                        AGENT_TRUNCATED_FRACTION),
     AT_GRPO_RESULTS: (ITERATION_SECONDS, TIME_SECONDS, TIME_SHARE, ADVANTAGE_STD, REWARD_STD,
-                      NUM_GROUPS, ZERO_VARIANCE_GROUP_FRACTION, NUM_TRAINED_SAMPLES,
+                      STAGE_CREDIT_MEAN, NUM_GROUPS, ZERO_VARIANCE_GROUP_FRACTION, NUM_TRAINED_SAMPLES,
                       STALENESS_MEAN, STALENESS_MAX, POOL_UPDATE_SECONDS),
     f"{LEARNERS}/<module>": (POLICY_LOSS, CLIP_FRACTION, DUAL_CLIP_FRACTION,
                              POLICY_BEHAVIOUR_RATIO, APPROX_KL_BEHAVIOUR, NUM_RESPONSE_TOKENS,
@@ -199,6 +203,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 NAMED_SUBKEYS: dict[tuple[str, str], str] = {
     (AT_GRPO_RESULTS, ADVANTAGE_STD): "<module>",
     (AT_GRPO_RESULTS, REWARD_STD): "<module>",
+    (AT_GRPO_RESULTS, STAGE_CREDIT_MEAN): "<module>",
     (AT_GRPO_RESULTS, STALENESS_MEAN): "<module>",
     (AT_GRPO_RESULTS, STALENESS_MAX): "<module>",
     (AT_GRPO_RESULTS, POOL_UPDATE_SECONDS): "<pool>",

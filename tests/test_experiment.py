@@ -54,6 +54,10 @@ def test_overrides_and_grid_produce_variants(tmp_path):
     ("training.bogus=1", "unknown keys \\['bogus'\\] in algorithm.training; accepted: .*num_branches"),
     ("llm.model=/no/such/model", "model path '/no/such/model' does not exist"),
     ("mapping={tool: a}", "misses agents \\['planner'\\]"),
+    ("training.stage_credit=episode", "training.stage_credit: 'episode' is not accepted; "
+                                      "expected one of 'none', 'turn'"),
+    ("training={rollout: trajectories, stage_credit: turn}",
+     "stage_credit='turn' needs rollout='tree'"),
 ])
 def test_bad_values_are_named_with_the_accepted_ones(tmp_path, override, message):
     with pytest.raises(ExperimentError, match=message):

@@ -84,7 +84,7 @@ from pettingllms_rllib.metric_keys import (
     NUM_SAMPLES,
     NUM_TRAINED_SAMPLES,
     POOL_UPDATE_SECONDS,
-    REWARD_STD,
+    REWARD_STD, STAGE_CREDIT_MEAN,
     RUNNERS_LOST,
     STALENESS_MAX,
     STALENESS_MEAN,
@@ -283,6 +283,10 @@ class ATGRPO(Algorithm):
             self.metrics.log_value((AT_GRPO_RESULTS, REWARD_STD, module_id),
                                    mean_group_reward_std([r.reward for r in own],
                                                          [r.group_key for r in own]), window=1)
+            credited = [r.reward_credit for r in own if r.reward_credit is not None]
+            self.metrics.log_value((AT_GRPO_RESULTS, STAGE_CREDIT_MEAN, module_id),
+                                   float(np.mean(credited)) if credited else float("nan"),
+                                   window=1)
         self.metrics.log_dict({
             (AT_GRPO_RESULTS, NUM_GROUPS): result.num_groups,
             (AT_GRPO_RESULTS, ZERO_VARIANCE_GROUP_FRACTION): result.zero_variance_fraction,

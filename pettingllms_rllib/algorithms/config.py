@@ -106,6 +106,7 @@ class ATGRPOConfig(AlgorithmConfig):
         self.async_rollout = False
         self.max_staleness = None
         self.importance_sampling_cap = 2.0
+        self.stage_credit = "none"
 
         # --- .resource_pools(): one learner group per pool of modules (documented there)
         self.resource_pool_specs = None
@@ -228,7 +229,8 @@ class ATGRPOConfig(AlgorithmConfig):
                  kl_coef: float = NotProvided, mask_truncated_responses: bool = NotProvided,
                  shared_prefix_training: bool = NotProvided,
                  async_rollout: bool = NotProvided, max_staleness: int | None = NotProvided,
-                 importance_sampling_cap: float = NotProvided, **kwargs) -> "ATGRPOConfig":
+                 importance_sampling_cap: float = NotProvided,
+                 stage_credit: str = NotProvided, **kwargs) -> "ATGRPOConfig":
         """AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.
 
         Args:
@@ -280,6 +282,12 @@ class ATGRPOConfig(AlgorithmConfig):
             importance_sampling_cap: C of the token-level truncated importance weight
                 ``min(pi_learner_before_update / pi_behaviour, C)`` applied to responses
                 sampled with older weights than the learner's (2.0; ``core/loss.py``).
+            stage_credit: "none" (the paper: a candidate's reward is what its own stage paid;
+                the default) or "turn" (beyond the paper: a candidate of a stage that does
+                not end its turn, e.g. the tool before the planner, also gets ``alpha * team``
+                of the turn's end, played on from the candidate's clone with one sampled
+                answer per later stage; costs one extra answer per candidate and later stage;
+                ``core/tree_sampler.py``). Tree rollouts only.
             **kwargs: RLlib's ``AlgorithmConfig.training`` arguments (``lr``, ``grad_clip``,
                 ``num_epochs``: passes over each module's rows per update, every row used
                 exactly this often; ``minibatch_size``: samples per learner step and module,
@@ -298,7 +306,8 @@ class ATGRPOConfig(AlgorithmConfig):
             clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, dual_clip=dual_clip,
             kl_coef=kl_coef, mask_truncated_responses=mask_truncated_responses,
             shared_prefix_training=shared_prefix_training, async_rollout=async_rollout,
-            max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap)
+            max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap,
+            stage_credit=stage_credit)
 
     def resource_pools(self, *, pools: dict[str, dict] | None = NotProvided) -> "ATGRPOConfig":
         """Train modules in separate learner groups: one resource pool per model
@@ -438,6 +447,10 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.num_tasks_per_iteration}")
         if self.rollout not in ROLLOUTS:
             self._value_error(f"rollout={self.rollout!r}; accepted: {ROLLOUTS}")
+        if self.stage_credit != "none" and self.rollout != "tree":
+            self._value_error(f"stage_credit={self.stage_credit!r} needs rollout='tree' (a "
+                              f"trajectory's responses all get its return already), got "
+                              f"rollout={self.rollout!r}")
         if self.engine not in ENGINES:
             self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
         for field in ("num_gpus_per_env_runner", "num_gpus_per_learner"):

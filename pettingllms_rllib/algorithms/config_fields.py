@@ -92,6 +92,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "frozen_modules": Field(list, optional=True),
         "max_staleness": Field(int, minimum=0, maximum=1, optional=True),
         "importance_sampling_cap": Field(float, above=0),
+        "stage_credit": Field(str, choices=("none", "turn")),
     },
     "resource_pools": {"pools": Field(dict, optional=True)},
     "env_runners": {"num_env_runners": Field(int, minimum=0),

@@ -170,7 +170,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                                         num_trajectories=int(self.config.num_branches))
         else:
             sampler = TreeSampler(generate, self.module_for_agent,
-                                  num_branches=int(self.config.num_branches))
+                                  num_branches=int(self.config.num_branches),
+                                  stage_credit=self.config.stage_credit)
         with torch.no_grad():
             result = sampler.run(roots, weights_version=self.served_weights_version)
         steps = sum(e.num_stages for e in result.episodes)

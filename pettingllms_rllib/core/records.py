@@ -41,7 +41,10 @@ class SampleRecord:
         prompt_text / prompt_fingerprint: what the agent saw (fingerprint for invariants).
         prompt_ids / response_ids / behaviour_logprobs: tokens as generated (never re-tokenised)
             and their log-probs under the sampling policy.
-        reward: ``alpha * reward_team + reward_local`` as returned by the env for this branch.
+        reward: ``alpha * reward_team + reward_local`` as returned by the env for this branch,
+            plus ``reward_credit``.
+        reward_credit: with ``stage_credit="turn"``, ``alpha * team`` of the stage that ended
+            this candidate's turn when its own stage did not (None: no credit was given).
         success: whether the branch's env reports the task solved after this action.
         parse_error: the role parser's complaint, or None when the response parsed.
         selected: whether this branch was the greedy continuation of the episode.
@@ -64,6 +67,7 @@ class SampleRecord:
     success: bool
     parse_error: str | None
     selected: bool = False
+    reward_credit: float | None = None
     weights_version: int = 0
     finish_reason: str = "stop"
     advantage: float = 0.0

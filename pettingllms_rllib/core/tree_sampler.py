@@ -15,6 +15,16 @@ For sequential stages the continuation *is* the chosen clone.
 
 Tasks are stepped in lockstep so that each stage issues one batched engine call per module
 over every live task's prompts: that is where generation throughput comes from on any engine.
+
+Stage credit (``stage_credit="turn"``; beyond the paper, whose immediate reward is the
+default): a candidate of a stage that is not the last of its turn (the tool before the
+planner, the describer before the guesser) is scored before the team outcome is known, so
+its group carries only what its own stage pays. With turn credit, each such candidate's clone
+plays the rest of the turn with one sampled answer per acting agent (K = 1; one batched engine
+call per module and stage over every candidate of every task), and the candidate's reward
+gains ``alpha * team`` of the stage that ends the turn. The best credited candidate then
+continues, from its own state after its stage: the continuation only scores it. Cost: one
+extra answer per candidate for every later stage of the turn.
 """
 
 from __future__ import annotations
@@ -68,6 +78,21 @@ class _Live:
     summary: EpisodeSummary
 
 
+@dataclasses.dataclass
+class _Branch:
+    """One candidate of one acting agent, stepped on its own clone."""
+
+    agent: str
+    env: TextParallelEnv
+    reward: Mapping[str, float]
+    info: Mapping[str, dict]
+    record: SampleRecord
+
+
+#: How a candidate of an earlier stage of a turn is rewarded (module docstring).
+STAGE_CREDITS = ("none", "turn")
+
+
 class TreeSampler:
     """Runs AT-GRPO tree rollouts for a batch of task instances.
 
@@ -80,16 +105,22 @@ class TreeSampler:
         max_stages: safety cap on stages per episode (the env's own turn budget normally ends
             it); a task still running after it is dropped with a warning, since its env
             never terminates (``check_text_env`` catches such an env before training).
+        stage_credit: "none" (the paper: each candidate's reward is its own stage's) or
+            "turn" (candidates of earlier stages also get ``alpha * team`` of the turn's end,
+            module docstring).
     """
 
     def __init__(self, generate: GenerateFn, module_for_agent: Callable[[str], str], *,
-                 num_branches: int, max_stages: int = 10_000):
+                 num_branches: int, max_stages: int = 10_000, stage_credit: str = "none"):
         if int(num_branches) < 1:
             raise ValueError(f"num_branches (K) must be >= 1, got {num_branches}")
+        if stage_credit not in STAGE_CREDITS:
+            raise ValueError(f"stage_credit={stage_credit!r}; accepted: {STAGE_CREDITS}")
         self.generate = generate
         self.module_for_agent = module_for_agent
         self.num_branches = int(num_branches)
         self.max_stages = max_stages
+        self.stage_credit = stage_credit
 
     def run(self, roots: Mapping[str, TextParallelEnv], *,
             weights_version: int = 0) -> TreeSampleResult:
@@ -110,14 +141,22 @@ class TreeSampler:
             if not live:
                 break
             candidates = self._generate_candidates(live)
+            branched: list[tuple[_Live, dict[str, list[_Branch]]]] = []
             for item in live:
                 try:
-                    self._expand(item, candidates[item.task], records, weights_version)
+                    branched.append((item, self._branch(item, candidates[item.task], records,
+                                                        weights_version)))
                 except Exception as exc:  # one task's env bug must not end the iteration
-                    logger.warning("task %s: its env raised %s: %s; the task is dropped from "
-                                   "this iteration", item.task, type(exc).__name__, exc,
-                                   exc_info=True)
-                    dropped.append(item.task)
+                    self._drop(item, exc, dropped)
+            if self.stage_credit == "turn":
+                self._credit_turn_ends(branched, dropped)
+            for item, branches in branched:
+                if item.task in dropped:
+                    continue
+                try:
+                    self._continue(item, branches)
+                except Exception as exc:
+                    self._drop(item, exc, dropped)
             live = [item for item in live if item.task not in dropped and item.env.agents]
         for item in live:  # the cap was hit: an env that never ends its episode
             logger.warning("task %s: its episode was still running after %d stages (does the "
@@ -130,6 +169,14 @@ class TreeSampler:
         return TreeSampleResult(records=records, episodes=summaries, dropped_tasks=dropped)
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _drop(item: _Live, exc: Exception, dropped: list[str]) -> None:
+        """One task's env bug must not end the iteration: the task is dropped from it."""
+        logger.warning("task %s: its env raised %s: %s; the task is dropped from this "
+                       "iteration", item.task, type(exc).__name__, exc, exc_info=True)
+        if item.task not in dropped:
+            dropped.append(item.task)
+
     def _generate_candidates(
             self, live: Sequence[_Live]) -> dict[str, dict[str, list[Completion]]]:
         """One engine call per module over all live tasks' acting agents."""
@@ -152,22 +199,21 @@ class TreeSampler:
                 candidates[task][agent] = list(completions)
         return candidates
 
-    def _expand(self, item: _Live, candidates: Mapping[str, list[Completion]],
-                records: list[SampleRecord], weights_version: int) -> None:
-        """Branch every acting agent K ways from ``item.env``, record all, continue greedily."""
+    def _branch(self, item: _Live, candidates: Mapping[str, list[Completion]],
+                records: list[SampleRecord], weights_version: int) -> dict[str, list[_Branch]]:
+        """Step every acting agent's K candidates on their own clones of ``item.env`` and
+        record them all (agent -> its K branches)."""
         state = item.env
         stage = state.acting_agents()
         turn, stage_index = state.turn, state.stage_index
         reference = {agent: candidates[agent][0].text for agent in stage}
-        best: dict[str, int] = {}
+        branches: dict[str, list[_Branch]] = {}
         for agent in stage:
-            rewards, branches = [], []
+            branches[agent] = []
             for branch, completion in enumerate(candidates[agent]):
                 branch_env = state.clone()
                 _, reward, _, _, info = branch_env.step({**reference, agent: completion.text})
-                rewards.append(float(reward[agent]))
-                branches.append((branch_env, reward, info))
-                records.append(SampleRecord(
+                record = SampleRecord(
                     group_key=GroupKey(item.task, agent, turn, stage_index),
                     module_id=self.module_for_agent(agent), branch=branch,
                     prompt_text=item.observations[agent],
@@ -178,18 +224,72 @@ class TreeSampler:
                     reward_team=float(info[agent]["reward_team"]),
                     reward_local=float(info[agent]["reward_local"]),
                     success=bool(info[agent]["success"]), parse_error=info[agent]["parse_error"],
-                    weights_version=weights_version, finish_reason=completion.finish_reason))
-            best[agent] = int(np.argmax(rewards))  # ties go to the lowest k
-            records[-len(rewards) + best[agent]].selected = True
+                    weights_version=weights_version, finish_reason=completion.finish_reason)
+                records.append(record)
+                branches[agent].append(_Branch(agent, branch_env, reward, info, record))
+        return branches
+
+    def _continue(self, item: _Live, branches: Mapping[str, list[_Branch]]) -> None:
+        """Mark each agent's best candidate (by its record's reward, ties to the lowest k) and
+        continue the episode from it."""
+        stage = tuple(branches)
+        best = {agent: int(np.argmax([b.record.reward for b in branches[agent]]))
+                for agent in stage}
+        for agent in stage:
+            branches[agent][best[agent]].record.selected = True
         if len(stage) == 1:
-            next_env, reward, info = branches[best[stage[0]]]  # the chosen clone continues
+            chosen = branches[stage[0]][best[stage[0]]]  # the chosen clone continues
+            next_env, reward, info = chosen.env, chosen.reward, chosen.info
         else:
-            next_env = state.clone()
+            next_env = item.env.clone()
             _, reward, _, _, info = next_env.step(
-                {agent: candidates[agent][best[agent]].text for agent in stage})
+                {agent: branches[agent][best[agent]].record.response_text for agent in stage})
         self._account(item.summary, stage, reward, info, next_env)
         item.env = next_env
         item.observations = next_env.current_observations() if next_env.agents else {}
+
+    def _credit_turn_ends(self, branched: Sequence[tuple[_Live, dict[str, list[_Branch]]]],
+                          dropped: list[str]) -> None:
+        """``stage_credit="turn"``: play the rest of the turn from a clone of every candidate
+        whose stage did not end it (one sampled answer per acting agent, batched over all
+        candidates of all tasks), then add ``alpha * team`` of the turn's last stage to the
+        candidate's reward."""
+        open_ends: list[tuple[str, TextParallelEnv, SampleRecord]] = []
+        for item, branches in branched:
+            for candidates in branches.values():
+                for branch in candidates:
+                    if branch.env.agents and branch.env.stage_index != 0:
+                        open_ends.append((item.task, branch.env.clone(), branch.record))
+        while open_ends:
+            by_module: dict[str, list[tuple[int, str]]] = defaultdict(list)
+            for index, (_, env, _) in enumerate(open_ends):
+                for agent in env.acting_agents():
+                    by_module[self.module_for_agent(agent)].append((index, agent))
+            answers: dict[int, dict[str, str]] = defaultdict(dict)
+            for module, requests in by_module.items():
+                prompts = [open_ends[i][1].current_observations()[agent] for i, agent in requests]
+                for (index, agent), completions in zip(requests,
+                                                       self.generate(module, prompts, 1)):
+                    answers[index][agent] = completions[0].text
+            still_open = []
+            for index, (task, env, record) in enumerate(open_ends):
+                if task in dropped:
+                    continue
+                try:
+                    _, _, _, _, info = env.step(answers[index])
+                except Exception as exc:
+                    logger.warning("task %s: its env raised %s while crediting a turn: %s; "
+                                   "the task is dropped from this iteration", task,
+                                   type(exc).__name__, exc, exc_info=True)
+                    dropped.append(task)
+                    continue
+                if env.agents and env.stage_index != 0:
+                    still_open.append((task, env, record))
+                else:  # the turn is over: the team reward its last stage paid
+                    team = max(float(info[agent]["reward_team"]) for agent in answers[index])
+                    record.reward_credit = float(env.alpha) * team
+                    record.reward += record.reward_credit
+            open_ends = still_open
 
     @staticmethod
     def _account(summary: EpisodeSummary, stage: Sequence[str], reward: Mapping[str, float],

@@ -7,6 +7,7 @@ from toy_env import ToyCounterEnv
 
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import Completion
+from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 
 
 class ScriptedEngine:
@@ -174,3 +175,83 @@ def test_a_task_whose_episode_never_ends_is_dropped_at_the_stage_cap(caplog):
     assert result.dropped_tasks == ["endless"]
     assert {r.group_key.task for r in result.records} == {"task0"}
     assert "still running after 8 stages" in caplog.text
+
+
+class _RelayEnv(TextParallelEnv):
+    """Describer then guesser; the team wins when the guess is the secret word. The
+    describer's own stage pays nothing, so only the turn's end says whether its clue helped."""
+
+    metadata = {"name": "relay_v0"}
+    possible_agents = ["describer", "guesser"]
+    roles = {"describer": Role("describer", "clue", lambda t: ParseResult(value=t.strip())),
+             "guesser": Role("guesser", "guess", lambda t: ParseResult(value=t.strip()))}
+    workflow = [("describer",), ("guesser",)]
+
+    def _new_task(self, seed, options):
+        self.secret, self.clue = "red", ""
+
+    def _observe(self, agent):
+        return f"{agent}:{self.clue}"
+
+    def _apply_stage(self, stage, parsed, raw):
+        if stage == ("describer",):
+            self.clue = parsed["describer"].value
+            return StageOutcome(local={"describer": 0.0}, team=0.0, success=False)
+        solved = parsed["guesser"].value == self.secret
+        return StageOutcome(local={"guesser": 0.0}, team=float(solved), success=solved,
+                            terminated=True)
+
+
+class _EchoingGuesser(ScriptedEngine):
+    """The describer answers its script; the guesser repeats the clue its prompt shows."""
+
+    def __call__(self, module_id, prompts, num_samples):
+        self.calls.append((module_id, list(prompts), num_samples))
+        out = []
+        for prompt in prompts:
+            agent, _, clue = prompt.partition(":")
+            texts = (self.scripts["describer"][:num_samples] if agent == "describer"
+                     else [clue] * num_samples)
+            out.append([Completion(prompt_ids=(1,), response_ids=(k,), logprobs=(-0.5,),
+                                   text=t, finish_reason="stop") for k, t in enumerate(texts)])
+        return out
+
+
+def _relay_run(stage_credit, alpha=2.0):
+    engine = _EchoingGuesser({"describer": ["blue", "red"]})
+    env = _RelayEnv(alpha=alpha, max_turns=1)
+    env.reset(seed=0)
+    result = TreeSampler(engine, lambda agent: agent, num_branches=2,
+                         stage_credit=stage_credit).run({"t": env})
+    return engine, result
+
+
+def test_turn_credit_adds_alpha_times_the_team_reward_the_rest_of_the_turn_reached():
+    engine, result = _relay_run("turn")
+    describer = [r for r in result.records if r.group_key.agent == "describer"]
+    assert [(r.response_text, r.reward, r.reward_credit) for r in describer] == [
+        ("blue", 0.0, 0.0), ("red", 2.0, 2.0)]  # immediate 0 + alpha * team of the guess
+    assert describer[1].selected and result.episodes[0].success
+    # One batched K=1 continuation call for both candidates, between the two K=2 stages.
+    assert [(module, len(prompts), n) for module, prompts, n in engine.calls] == [
+        ("describer", 1, 2), ("guesser", 2, 1), ("guesser", 1, 2)]
+    groups = Counter(r.group_key for r in result.records)
+    assert sorted(groups.values()) == [2, 2]  # group sizes stay K
+
+
+def test_without_stage_credit_the_earlier_stage_gets_only_its_own_reward():
+    engine, result = _relay_run("none")
+    describer = [r for r in result.records if r.group_key.agent == "describer"]
+    assert [(r.reward, r.reward_credit) for r in describer] == [(0.0, None), (0.0, None)]
+    assert len(engine.calls) == 2  # no continuation calls
+    assert describer[0].selected  # a tie goes to the lowest k
+
+
+def test_the_last_stage_of_a_turn_gets_no_credit():
+    _, result = _relay_run("turn")
+    assert all(r.reward_credit is None for r in result.records if r.group_key.agent == "guesser")
+
+
+def test_an_unknown_stage_credit_is_refused():
+    with pytest.raises(ValueError, match=r"stage_credit='episode'; accepted: \('none', 'turn'\)"):
+        TreeSampler(lambda *a: [], lambda a: a, num_branches=2, stage_credit="episode")

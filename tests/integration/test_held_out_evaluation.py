@@ -77,3 +77,14 @@ def test_every_n_iterations_the_held_out_set_is_played_with_the_current_weights(
 def test_a_bad_evaluation_duration_is_refused_naming_the_key():
     with pytest.raises(ValueError, match="evaluation_duration"):
         config().evaluation(evaluation_duration="auto").validate()
+
+
+def test_turn_credit_reaches_the_runners_and_is_logged_for_the_earlier_stage_only():
+    algo = config().training(stage_credit="turn").evaluation(evaluation_interval=None).build_algo()
+    try:
+        credit = algo.train()["at_grpo"]["stage_credit_mean"]
+    finally:
+        algo.stop()
+    # writer -> reviewer: the writer's candidates are credited with the turn's end (the toy
+    # env's team reward is always 0), the reviewer ends the turn and gets none
+    assert credit["writer"] == 0.0 and math.isnan(credit["reviewer"])
