@@ -41,6 +41,11 @@ def _send(stream, message: Any) -> None:
     stream.flush()
 
 
+class UnreadableReply(Exception):
+    """A whole message arrived but could not be unpickled here (e.g. an object whose class
+    rebuilds itself differently on this side); the stream itself is still in step."""
+
+
 def _receive(stream) -> Any:
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
@@ -49,7 +54,10 @@ def _receive(stream) -> Any:
     data = stream.read(size)
     if len(data) < size:
         raise EOFError("the other side closed the pipe")
-    return pickle.loads(data)
+    try:
+        return pickle.loads(data)
+    except Exception as exc:  # any class's __new__/__setstate__ may raise while rebuilding
+        raise UnreadableReply(f"{type(exc).__name__}: {exc}") from exc
 
 
 def serve(module_name: str, warm_up: str = "") -> None:
@@ -111,6 +119,10 @@ class BoundedWorker:
                     self._stop()
                     return fallback
                 status, value = _receive(self._process.stdout)
+            except UnreadableReply as exc:
+                logger.info("%s.%s: its result could not be read here (%s); fallback used",
+                            self.module_name, name, exc)
+                return fallback
             except (OSError, EOFError, ValueError, pickle.PickleError) as exc:
                 logger.warning("%s worker failed (%r); restarting it", self.module_name, exc)
                 self._stop()

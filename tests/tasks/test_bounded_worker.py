@@ -47,3 +47,13 @@ def test_hostile_math_answers_off_the_main_thread_return_and_never_raise():
     assert not thread.is_alive()
     assert set(results) == set(hostile) and all(isinstance(r, tuple) for r in results.values())
     assert _WORKER.wall_time_s == MATH_VERIFY_WALL_S
+
+
+def test_a_result_that_cannot_be_unpickled_here_gives_the_fallback_and_the_worker_stays():
+    # math-verify reads "x = 3 = 3" as a patched sympy And that its own __new__ cannot rebuild
+    # on unpickling (it collapses to an Equality, which then refuses an attribute): this used
+    # to raise AttributeError out of parse_math and drop the whole training task.
+    parse_math.cache_clear()
+    assert parse_math("x = 3 = 3") == ()
+    process = _WORKER._process
+    assert parse_math("x = 4") != () and _WORKER._process is process  # no restart needed
