@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("ray")
 
+from toy_ray import TINY_RUN_SECTIONS  # noqa: E402
+
 from pettingllms_rllib.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -24,13 +26,7 @@ stop: {training_iteration: 2}
 checkpoint_frequency: 2
 algorithm:
   environment: {env: reasoning_gym_v0}
-  llm:
-    model: tiny-random
-    tiny_model_config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
-                        num_attention_heads: 2, num_key_value_heads: 1}
-    max_new_tokens: 4
-  training: {num_branches: 2, num_tasks_per_iteration: 1, drop_zero_variance_groups: false}
-"""
+""" + TINY_RUN_SECTIONS
 
 
 def test_three_datasets_train_two_iterations_through_the_cli(tmp_path):

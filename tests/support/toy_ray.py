@@ -5,6 +5,17 @@ from pathlib import Path
 AGENTS = ["writer", "reviewer"]
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1}
+#: The ``algorithm.llm`` and ``algorithm.training`` sections of an experiment YAML that trains
+#: the smallest model for a CLI test: a one-layer tiny llama, 4 new tokens, K = 2, one task per
+#: iteration, every group trained (indented for a YAML ``algorithm:`` block).
+TINY_RUN_SECTIONS = """
+  llm:
+    model: tiny-random
+    tiny_model_config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
+                        num_attention_heads: 2, num_key_value_heads: 1}
+    max_new_tokens: 4
+  training: {num_branches: 2, num_tasks_per_iteration: 1, drop_zero_variance_groups: false}
+"""
 
 
 def toy_ray_session(num_cpus: int = 2):
