@@ -29,10 +29,13 @@ from pettingllms_rllib.envs import (ParseResult, Role, StageOutcome, TextParalle
 
 logger = logging.getLogger(__name__)
 
-#: The answer line the reasoner ends with, as its prompt shows it (a copied placeholder is a
-#: parse error, never an answer).
+#: How the prompts ask the reasoner for its answer: "The answer is ...", which ~100M-parameter
+#: instruct models write unprompted (the bundled model: 0 of 32 held-out basic_arithmetic
+#: answers with an ``Answer:`` label, greedy). An ``Answer:`` label is read too.
+ANSWER_SENTENCE = "The answer is"
 ANSWER_PREFIX = "Answer:"
-ANSWER_PLACEHOLDER = "<your answer>"
+#: The placeholder the prompts show (copied, it is a parse error, never an answer).
+ANSWER_PLACEHOLDER = "<answer>"
 MAX_ANSWER_CHARS = 200
 #: Draws per seed before giving up on finding an instance of the seed's split.
 MAX_SPLIT_DRAWS = 64
@@ -62,19 +65,25 @@ def split_of_question(question: str) -> str:
 
 
 def parse_answer_line(text: str) -> ParseResult:
-    """The reasoner's answer: what follows its last ``Answer:`` up to the end of that line."""
-    _, found, rest = text.rpartition(ANSWER_PREFIX)
-    answer = rest.strip().splitlines()[0].strip() if found and rest.strip() else ""
-    if not found:
-        return ParseResult(error=f"no '{ANSWER_PREFIX}' line")
+    """The reasoner's answer: what follows its last ``Answer:`` label, else its last "answer
+    is", up to the end of that line (a closing full stop dropped)."""
+    lowered = text.lower()
+    start = lowered.rfind(ANSWER_PREFIX.lower())
+    start = start + len(ANSWER_PREFIX) if start >= 0 else lowered.rfind("answer is")
+    if start < 0:
+        return ParseResult(error="no 'The answer is ...' or 'Answer: ...' line")
+    if lowered.startswith("answer is", start):
+        start += len("answer is")
+    line = text[start:].strip().splitlines()
+    answer = line[0].strip().rstrip(".").strip() if line else ""
     if not answer or answer == ANSWER_PLACEHOLDER:
-        return ParseResult(error=f"empty '{ANSWER_PREFIX}' line")
+        return ParseResult(error="empty answer line")
     if len(answer) > MAX_ANSWER_CHARS:
         return ParseResult(error=f"answer longer than {MAX_ANSWER_CHARS} characters")
     return ParseResult(value=answer)
 
 
-_REASONER = Role("reasoner", f"solves the problem and ends with '{ANSWER_PREFIX} ...'",
+_REASONER = Role("reasoner", f"solves the problem and ends with '{ANSWER_SENTENCE} ...'",
                  parse_answer_line)
 _TOOL = Role("tool", "writes a Python program whose last printed line is the answer",
              extract_python_code)
@@ -90,8 +99,8 @@ class ReasoningGymEnv(TextParallelEnv):
     """Env card: ``reasoning_gym_v0``.
 
     Roles and workflow: ``reasoner`` || ``tool`` (one parallel stage per turn). The reasoner
-    ends with ``Answer: <answer>`` (the last such line counts; none, or the placeholder, is a
-    parse error); the tool writes a ```python program, run in :mod:`pettingllms_envs.sandbox`,
+    ends with "The answer is <answer>." or ``Answer: <answer>`` (the last such line counts;
+    none, or the placeholder, is a parse error); the tool writes a ```python program, run in :mod:`pettingllms_envs.sandbox`,
     whose last printed line is its answer. From turn 2 each sees the other's latest answer.
 
     Reward: each agent's local reward is the dataset checker's score of its own answer
@@ -194,7 +203,7 @@ class ReasoningGymEnv(TextParallelEnv):
         if agent == "tool":
             ask = "Write a ```python block that computes and prints the answer."
         else:
-            ask = f"End with one line: {ANSWER_PREFIX} {ANSWER_PLACEHOLDER}"
+            ask = f"End with one line: {ANSWER_SENTENCE} {ANSWER_PLACEHOLDER}."
         if self.prompt_style == "compact":
             return "\n".join([f"Problem: {question}", *seen, ask])
         role = ("You are the tool agent: a reasoner solves the same problem in words."

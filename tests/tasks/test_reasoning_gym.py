@@ -39,7 +39,7 @@ def test_the_checker_scores_each_answer_and_agreement_on_the_right_one_ends_the_
     env = ReasoningGymEnv(dataset="basic_arithmetic", code_runner=_printing("999999"))
     env.reset(seed=4)
     right = env.entry["answer"]
-    _, rewards, terminations, _, infos = env.step({"reasoner": f"So. Answer: {right}",
+    _, rewards, terminations, _, infos = env.step({"reasoner": f"So the answer is {right}.",
                                                   "tool": _code("ignored")})
     assert infos["reasoner"]["reward_local"] == 1.0 and infos["reasoner"]["success"]
     assert infos["tool"]["reward_local"] == 0.0 and not terminations["reasoner"]
@@ -60,17 +60,24 @@ def test_from_turn_two_each_agent_sees_the_others_answer():
 
 
 @pytest.mark.parametrize("text,error", [
-    ("no label", "no 'Answer:' line"),
-    (f"Answer: {ANSWER_PLACEHOLDER}", "empty 'Answer:' line"),
-    ("Answer:   ", "empty 'Answer:' line"),
+    ("no label", "no 'The answer is ...' or 'Answer: ...' line"),
+    (f"Answer: {ANSWER_PLACEHOLDER}", "empty answer line"),
+    (f"The answer is {ANSWER_PLACEHOLDER}.", "empty answer line"),
+    ("Answer:   ", "empty answer line"),
     ("Answer: " + "9" * 201, "longer than 200"),
 ])
 def test_unusable_answers_are_parse_errors(text, error):
     assert error in parse_answer_line(text).error
 
 
-def test_the_last_answer_line_counts_up_to_its_end():
-    assert parse_answer_line("Answer: 1\nthen Answer: 12\nbecause").value == "12"
+@pytest.mark.parametrize("text,answer", [
+    ("Answer: 1\nthen Answer: 12\nbecause", "12"),
+    ("First 3. So the answer is 42.", "42"),
+    ("The answer is x = 7.\nDone.", "x = 7"),
+    ("The answer is 5, Answer: 6", "6"),  # a label wins over an earlier sentence
+])
+def test_the_last_answer_line_counts_up_to_its_end(text, answer):
+    assert parse_answer_line(text).value == answer
 
 
 def test_training_and_evaluation_seeds_never_share_a_question():
