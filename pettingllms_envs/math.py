@@ -313,6 +313,24 @@ def answers_equivalent(first: tuple, second: tuple) -> bool:
     return _verify(first, second) or _verify(second, first)
 
 
+#: A number as an answer states it: an integer or decimal (thousands commas allowed), a
+#: fraction ``a/b`` or ``\frac{a}{b}``, optionally signed, optionally after ``x =`` and inside
+#: ``$...$``. Anything else (``10 - 10 * 2``) is a computation, not its value.
+_NUMBER = r"[-+]?\s*(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_FRACTION_PART = r"(?:\{\s*\d+\s*\}|\d)"
+_VALUE = re.compile(rf"^(?:[a-zA-Z]\s*=\s*)?(?:{_NUMBER}(?:\s*/\s*\d+)?"
+                    rf"|[-+]?\s*\\[dt]?frac\s*{_FRACTION_PART}\s*{_FRACTION_PART})$")
+
+
+def states_a_value(text: str) -> bool:
+    """Whether ``text`` states a number (:data:`_VALUE`) rather than a computation of one.
+
+    A problem whose answer is a number asks for that number: math-verify alone would also
+    accept ``10 - 10 * 2`` for -10 (it evaluates both), and a trained reasoner that answered
+    with the problem's own expression was scored right on 54 of 64 held-out problems."""
+    return bool(_VALUE.match(text.strip().strip("$").strip().rstrip(".").strip()))
+
+
 def math_equal(gold: str, prediction: str) -> bool:
     """Convenience: is the answer string ``prediction`` correct for the answer ``gold``?"""
     return is_correct(parse_math(gold, trusted=True), parse_math(prediction))
@@ -578,6 +596,9 @@ class MathEnv(TextParallelEnv):
         given = options.get("problem")
         self.problem = _check_problem(given) if given is not None else self._seeded_problem(seed)
         self.gold = parse_math(self.problem.answer, trusted=True)
+        #: Whether the problem's answer is a number, so an answer must state one (not a
+        #: computation of it: :func:`states_a_value`).
+        self._gold_is_a_value = states_a_value(self.problem.answer)
         if not self.gold:
             logger.warning("math: the reference answer %r of problem %s does not parse; no "
                            "answer can score as correct", self.problem.answer, self.problem.id)
@@ -720,10 +741,13 @@ class MathEnv(TextParallelEnv):
                 local[agent] = self.invalid_action_penalty
                 feedback[agent] = f"Unusable response: {answer.report}"
                 continue
-            correct[agent] = is_correct(self.gold, answer.parsed)
+            unevaluated = self._gold_is_a_value and not states_a_value(answer.text)
+            correct[agent] = not unevaluated and is_correct(self.gold, answer.parsed)
             local[agent] = (self.reward_config.correct_reward if correct[agent]
                             else self.reward_config.wrong_reward)
-            verdict = ("correct" if correct[agent] else "wrong" if answer.parsed
+            verdict = ("correct" if correct[agent]
+                       else "wrong (not a number: a computation is not its value)" if unevaluated
+                       else "wrong" if answer.parsed
                        else "wrong (math-verify could not read it)")
             feedback[agent] = f"Answer {clip_text(answer.text, 80)!r}: {verdict}"
         if self.single_agent:

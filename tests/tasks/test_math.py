@@ -322,6 +322,38 @@ def test_correct_boxed_answer_in_any_equivalent_form(boxed):
     assert infos["tool"]["reward_local"] == 0.0 and rewards["tool"] == 1.0  # team reward
 
 
+ARITHMETIC = MathProblem(id="arith", question="Compute the value of 10 - 10 * 2.", answer="-10")
+
+
+@pytest.mark.parametrize("answer_format,reasoner", [
+    ("sentence", "The answer is 10 - 10 * 2."), ("boxed", "\\boxed{10 - 10 * 2}"),
+    ("sentence", "The answer is -20 + 10.")])
+def test_restating_the_computation_is_not_its_value(answer_format, reasoner):
+    # math-verify alone evaluates both sides and accepts "10 - 10 * 2" for -10: a trained
+    # reasoner found that and answered every held-out problem with its own expression.
+    env = _env(ARITHMETIC, answer_format=answer_format)
+    _, rewards, _, _, infos = env.step({"reasoner": reasoner, "tool": _program("10 - 10 * 2")})
+    assert infos["reasoner"]["reward_local"] == 0.0 and not infos["reasoner"]["success"]
+    assert infos["tool"]["reward_local"] == 0.0  # a printed expression is no value either
+    assert "not a number" in infos["reasoner"]["feedback"]
+
+
+@pytest.mark.parametrize("reasoner", ["The answer is -10.", "The answer is x = -10.",
+                                      "\\boxed{-10}", "The answer is $-10$."])
+def test_a_stated_value_still_counts_in_its_usual_forms(reasoner):
+    env = _env(ARITHMETIC, answer_format="sentence")
+    _, _, _, _, infos = env.step({"reasoner": reasoner, "tool": _program("-10")})
+    assert infos["reasoner"]["success"] and infos["tool"]["reward_local"] == 1.0
+
+
+def test_answers_that_are_expressions_are_judged_by_math_verify_alone():
+    problem = MathProblem(id="poly", question="Expand (x+1)^2.", answer="x^2 + 2x + 1")
+    env = _env(problem, answer_format="sentence")
+    _, _, _, _, infos = env.step({"reasoner": "The answer is x^2 + 2*x + 1.",
+                                  "tool": _program("x**2")})
+    assert infos["reasoner"]["success"]
+
+
 def test_wrong_answers_score_zero_and_no_team_reward():
     env = _env(alpha=0.5)
     _, rewards, _, _, infos = env.step({"reasoner": "\\boxed{1/3}", "tool": _program("1/3")})
