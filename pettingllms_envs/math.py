@@ -314,11 +314,12 @@ def answers_equivalent(first: tuple, second: tuple) -> bool:
 
 
 #: A number as an answer states it: an integer or decimal (thousands commas allowed), a
-#: fraction ``a/b`` or ``\frac{a}{b}``, optionally signed, optionally after ``x =`` and inside
-#: ``$...$``. Anything else (``10 - 10 * 2``) is a computation, not its value.
+#: fraction ``a/b`` or ``\frac{a}{b}``, optionally signed and inside ``$...$``, alone or after
+#: the last ``=`` (``x = 3``, ``4 - 2 * 6 = -8``). Anything else (``10 - 10 * 2``) is a
+#: computation, not its value.
 _NUMBER = r"[-+]?\s*(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _FRACTION_PART = r"(?:\{\s*\d+\s*\}|\d)"
-_VALUE = re.compile(rf"^(?:[a-zA-Z]\s*=\s*)?(?:{_NUMBER}(?:\s*/\s*\d+)?"
+_VALUE = re.compile(rf"^(?:{_NUMBER}(?:\s*/\s*\d+)?"
                     rf"|[-+]?\s*\\[dt]?frac\s*{_FRACTION_PART}\s*{_FRACTION_PART})$")
 
 
@@ -328,7 +329,8 @@ def states_a_value(text: str) -> bool:
     A problem whose answer is a number asks for that number: math-verify alone would also
     accept ``10 - 10 * 2`` for -10 (it evaluates both), and a trained reasoner that answered
     with the problem's own expression was scored right on 54 of 64 held-out problems."""
-    return bool(_VALUE.match(text.strip().strip("$").strip().rstrip(".").strip()))
+    stated = text.strip().strip("$").strip().rstrip(".").rsplit("=", 1)[-1]
+    return bool(_VALUE.match(stated.strip().strip("$").strip()))
 
 
 def math_equal(gold: str, prediction: str) -> bool:

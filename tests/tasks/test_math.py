@@ -22,6 +22,7 @@ from pettingllms_envs.math import (
     parse_math,
     SENTENCE_PLACEHOLDER,
     TOOL_PLACEHOLDER,
+    states_a_value,
     parse_answer_sentence,
     parse_program_output,
     parse_reasoner_answer,
@@ -608,3 +609,12 @@ def test_sentence_format_applies_to_the_single_agent_and_full_prompts():
 def test_unknown_answer_format_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="answer_format.*boxed.*sentence"):
         MathEnv(answer_format="latex")
+
+
+@pytest.mark.parametrize("text,states", [
+    ("-10", True), ("1,000", True), ("3.5", True), ("-3/4", True), ("\\frac{1}{2}", True),
+    ("\\dfrac12", True), ("x = 3", True), ("$5$", True), ("4 - 2 * 6 = -8", True),
+    ("10 - 10 * 2", False), ("2^3", False), ("sqrt(4)", False), ("1e3", False),
+    ("10 - 10 * 2 = 10 - 10*2", False)])
+def test_a_value_is_a_number_alone_or_after_the_last_equals_sign(text, states):
+    assert states_a_value(text) is states
