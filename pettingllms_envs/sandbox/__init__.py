@@ -40,7 +40,9 @@ without a privilege drop, all of root's files) and a deliberately hostile progra
 (namespaced) root could leave its pids cgroup; with it, the scratch folder (and a batch's io
 folder) and the private ``/dev/shm`` stay writable, bounded per file and, for ``/dev/shm``, in
 total. Total disk use in the scratch folder is bounded only per file and by the wall clock.
-System V IPC is the host's (no IPC namespace): a program can create shared memory segments,
+A program may create nested user namespaces (their mounts keep the read-only flags, locked).
+Without a privilege drop every run is the same (namespaced) root, so one run can read a
+concurrent run's scratch folder. System V IPC is the host's (no IPC namespace): a program can create shared memory segments,
 semaphores or message queues that outlive it. Within
 one :func:`run_python_batch` call the inputs share a user and namespaces with the harness: a
 program that deliberately inspects the harness (its ``/proc/1/fd`` or memory) could read the

@@ -159,6 +159,9 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         out_path, err_path = os.path.join(base, "stdout"), os.path.join(base, "stderr")
         with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, \
                 open(err_path, "wb") as ferr:
+            if uid is not None:  # so `/dev/stdout` and `/dev/stderr` reopen for the dropped
+                os.fchown(fout.fileno(), uid, uid)  # uid, as in a batch (its io folder)
+                os.fchown(ferr.fileno(), uid, uid)
             try:
                 done = _execute(argv, stdin=stdio.stdin_fd if stdio else fin,
                                 stdout=stdio.stdout_fd if stdio else fout, stderr=ferr,

@@ -35,6 +35,7 @@ from pettingllms_envs.sandbox import (
     sandbox_capabilities,
 )
 from pettingllms_envs.sandbox import batch, filesystem, probe, runner
+from pettingllms_envs.sandbox.cleanup import remove_tree
 
 FAST = SandboxLimits(wall_time_s=3, cpu_time_s=3)
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +47,19 @@ COMPARED = ("stdout", "stderr", "exit_code", "timed_out", "killed_by_signal", "o
 @pytest.fixture(autouse=True)
 def _unshare_launcher(monkeypatch):
     monkeypatch.setenv(LAUNCHER_ENV_VAR, "unshare")
+
+
+@pytest.fixture
+def own_tempdir(monkeypatch):
+    """An empty folder made the process's temporary-file folder for one test. Not pytest's
+    ``tmp_path``: that lies under a 0700 folder of ours, which a run dropped to its own uid
+    cannot traverse (the probe, made where the drop works, would not have chosen it)."""
+    folder = Path(tempfile.mkdtemp(prefix="pettingllms-test-"))
+    folder.chmod(0o711)
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    monkeypatch.undo()
+    remove_tree(str(folder))
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -118,14 +132,13 @@ def test_hash_seed_is_fixed_and_cwd_is_private():
     assert first.stdout.split()[-1] == SCRATCH_PLACEHOLDER
 
 
-def test_scratch_folder_is_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_scratch_folder_is_removed(own_tempdir):
     code = ("open('left_behind.txt', 'w').write('x')\nimport os\nos.mkdir('sub')\n"
             "os.chmod('sub', 0)\nprint('done')")
     result = run_python(code)
     assert result.ok and result.stdout == "done\n"
     assert [r.stdout for r in run_python_batch(code, ["", ""])] == ["done\n", "done\n"]
-    assert list(tmp_path.iterdir()) == []
+    assert list(own_tempdir.iterdir()) == []
 
 
 def test_invalid_utf8_output_is_replaced_not_raised():
@@ -384,13 +397,16 @@ def _require_readonly_filesystem():
     caps = sandbox_capabilities()
     if not caps.filesystem_readonly:
         pytest.skip(f"no read-only file system on this host: {caps.notes}")
+    return caps
 
 
 def test_a_program_cannot_lift_the_read_only_view():
     """Root inside its namespaces, yet without capabilities: no remount, no unmount of its
     folder's own mount; a nested user namespace gets a copy whose read-only flags are locked.
-    Host files that only root may write, such as sysctls, refuse too (opened, never written)."""
-    _require_readonly_filesystem()
+    Host files that only root may write, such as sysctls, refuse too (opened, never written):
+    read-only for namespaced root, not permitted at all for a dropped uid."""
+    caps = _require_readonly_filesystem()
+    sysctl_refusal = "EROFS" if caps.run_as_uid is None else "EACCES"
     code = (
         "import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "def verdict(what, result):\n"
@@ -410,7 +426,7 @@ def test_a_program_cannot_lift_the_read_only_view():
         verdicts = dict(line.split() for line in result.stdout.splitlines())
         assert result.ok and result.filesystem_readonly, result
         assert verdicts["remount"] == "EPERM" and verdicts["umount"] == "EPERM", verdicts
-        assert verdicts["sysctl"] == "EROFS", verdicts
+        assert verdicts["sysctl"] == sysctl_refusal, verdicts
         assert verdicts.get("nested-remount", "EPERM") == "EPERM", verdicts
 
 
@@ -738,12 +754,11 @@ def test_harness_record_parser_never_raises(data):
     assert all(rec.kind in ("exit", "signal", "nostart") for rec in records.values())
 
 
-def test_no_scratch_harness_or_cgroup_is_left_behind(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_no_scratch_harness_or_cgroup_is_left_behind(own_tempdir):
     results = run_python_batch("import time\nopen('f', 'w').write('x')\ntime.sleep(5)", ["", ""],
                                limits=SandboxLimits(wall_time_s=0.5))
     assert all(r.timed_out for r in results)
-    assert list(tmp_path.iterdir()) == []
+    assert list(own_tempdir.iterdir()) == []
     root = sandbox_capabilities().cgroup_root
     if root is not None:
         ours = f"pettingllms-sbx-{os.getpid()}-"

@@ -147,6 +147,7 @@ print(data, "saw-another" if others else "alone")
         assert "FORGED" not in result.stdout
 
 
+@needs_bwrap  # the unshare fallback's residual risks: see pettingllms_envs/sandbox/__init__.py
 def test_concurrent_runs_cannot_see_each_other():
     token = os.urandom(6).hex()
     secret = f"hidden-{token}"
@@ -317,6 +318,7 @@ os.kill(child, 9)
     assert all(line.startswith("-1 ") for line in result.stdout.splitlines()), result.stdout
 
 
+@needs_bwrap  # unshare: allowed, with the read-only flags locked (test_sandbox.py)
 def test_nested_user_namespaces_are_refused():
     program = """
 import ctypes
