@@ -43,6 +43,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 from .bwrap import InterpreterLayout
@@ -260,7 +261,8 @@ def _probe(python: str) -> SandboxCapabilities:
             uid = candidate
         else:
             notes.append(f"cannot drop root: {python} does not run as an unprivileged uid "
-                         f"(set ${PYTHON_ENV_VAR} to an interpreter others can execute)")
+                         f"in {tempfile.gettempdir()} (set ${PYTHON_ENV_VAR} to an interpreter "
+                         "others can execute, and TMPDIR to a folder others can traverse)")
     unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
     user_ns = ("--user", "--map-root-user")
     full = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
