@@ -42,9 +42,9 @@ folder) and the private ``/dev/shm`` stay writable, bounded per file and, for ``
 total. Total disk use in the scratch folder is bounded only per file and by the wall clock.
 A program may create nested user namespaces (their mounts keep the read-only flags, locked).
 Without a privilege drop every run is the same (namespaced) root, so one run can read a
-concurrent run's scratch folder. System V IPC is the host's (no IPC namespace): a program can create shared memory segments,
-semaphores or message queues that outlive it. Within
-one :func:`run_python_batch` call the inputs share a user and namespaces with the harness: a
+concurrent run's scratch folder. System V IPC is the host's (no IPC namespace): a program can
+create shared memory segments, semaphores or message queues that outlive it. Within one
+:func:`run_python_batch` call the inputs share a user and namespaces with the harness: a
 program that deliberately inspects the harness (its ``/proc/1/fd`` or memory) could read the
 other inputs or forge the records of later inputs. Without a pid namespace, a process that an
 input detaches from the harness's reach (``setsid`` plus a double fork while the harness cannot

@@ -58,7 +58,6 @@ def own_tempdir(monkeypatch):
     folder.chmod(0o711)
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     yield folder
-    monkeypatch.undo()
     remove_tree(str(folder))
 
 
