@@ -5,6 +5,7 @@
     pettingllms-rllib eval (--checkpoint CKPT | --base-model NAME --env ID) [--swap-roles]
                            [--num-tasks 64] [--decoding greedy|sample] [--search] --out DIR
     pettingllms-rllib plot runs/plan_path_cpu
+    pettingllms-rllib serve runs/plan_path_cpu [--port 8000] [--num-replicas 1]
     pettingllms-rllib envs
 
 Everything an experiment writes (Tune results, checkpoints, the learning-curve plot) lives under
@@ -220,7 +221,7 @@ def _eval(args: argparse.Namespace) -> int:
             env=env_id, env_config=env_config, num_tasks=args.num_tasks,
             samples_per_task=args.samples_per_task, decoding=args.decoding,
             temperature=args.temperature, search=args.search, num_branches=args.num_branches,
-            max_new_tokens=max_new_tokens, seed=args.seed)
+            max_new_tokens=max_new_tokens, seed=args.seed, first_seed=args.first_seed)
         label = args.label or Path(args.out).name
         record = ev.run_evaluation(policies, settings, args.out, label=label, arm=args.arm,
                                    seed=args.train_seed, training_budget=budget)
@@ -236,6 +237,56 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_sigterm(signum, frame):
+    """SIGTERM (a service manager, a test) stops the server as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import signal
+    import time
+
+    from pettingllms_rllib.serving.app import build_app
+
+    if os.getcwd() not in sys.path:  # so --import finds the user's env modules here
+        sys.path.insert(0, os.getcwd())
+    try:
+        app = build_app(args.checkpoint, num_replicas=args.num_replicas,
+                        max_batch_size=args.max_batch_size,
+                        num_cpus_per_replica=args.num_cpus_per_replica,
+                        num_gpus_per_replica=args.num_gpus_per_replica,
+                        imports=args.imports or [])
+    except (ValueError, FileNotFoundError) as exc:  # refused before Ray starts
+        logger.error("%s", exc)
+        return 2
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    from ray import serve
+
+    # Replicas must import the same env modules (--import) as this driver.
+    python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    runtime_env = {"env_vars": {"PYTHONPATH": python_path}}
+    if args.address:
+        ray.init(address=args.address, runtime_env=runtime_env)
+    else:
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False, runtime_env=runtime_env,
+                 logging_level=logging.WARNING)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(app, name="pettingllms_team", route_prefix="/")
+        logger.info("serving on http://%s:%d: POST /v1/episodes, POST /v1/chat/completions, "
+                    "GET /v1/models (Ctrl-C stops)", args.host, args.port)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        logger.info("stopping the server")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
 def _envs(args: argparse.Namespace) -> int:
     from pettingllms_rllib.envs.registry import make_text_env, registered_env_ids
 
@@ -247,6 +298,8 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
+
     parser = argparse.ArgumentParser(prog="pettingllms-rllib", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="run an experiment YAML through Ray Tune")
@@ -301,12 +354,35 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--max-new-tokens", type=int, default=None,
                             help="default: the checkpoint's, else 64")
     evaluation.add_argument("--seed", type=int, default=0, help="sampler seed")
+    evaluation.add_argument("--first-seed", type=int, default=TRAIN_SEED_LIMIT,
+                            help="first evaluation instance (task seed); at least the default "
+                                 f"{TRAIN_SEED_LIMIT}, so no training instance is evaluated")
     evaluation.add_argument("--label", help="row label (default: the --out folder name)")
     evaluation.add_argument("--arm", help="what is compared; seeds of one arm are aggregated")
     evaluation.add_argument("--train-seed", type=int, default=None,
                             help="the training seed of this checkpoint, for the report")
     evaluation.add_argument("--out", required=True, help="folder for eval.json and episodes.csv")
     evaluation.set_defaults(func=_eval)
+    serving = sub.add_parser("serve", help="serve a trained team over HTTP with Ray Serve "
+                                           "(docs/serving.md)")
+    serving.add_argument("checkpoint", metavar="CHECKPOINT_OR_RUN",
+                         help="a checkpoint_* folder, a trial folder or a one-trial experiment "
+                              "folder (its newest checkpoint)")
+    serving.add_argument("--host", default="127.0.0.1",
+                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    serving.add_argument("--port", type=int, default=8000)
+    serving.add_argument("--num-replicas", type=int, default=1,
+                         help="replicas, each holding every module")
+    serving.add_argument("--max-batch-size", type=int, default=16,
+                         help="most concurrent requests of one kind served by one batch")
+    serving.add_argument("--num-cpus-per-replica", type=float, default=1.0)
+    serving.add_argument("--num-gpus-per-replica", type=float, default=0.0)
+    serving.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray")
+    serving.add_argument("--address", help="join a running Ray cluster")
+    serving.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                         help="a module that registers the run's env (as an experiment's "
+                              "imports:), importable from here or PYTHONPATH (repeatable)")
+    serving.set_defaults(func=_serve)
     envs = sub.add_parser("envs", help="list registered text envs and their workflows")
     envs.set_defaults(func=_envs)
     return parser

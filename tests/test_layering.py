@@ -4,7 +4,9 @@ loads nothing a layer below it must not know about.
 * core: neither ray nor torch (``core/loss.py``: torch only, no ray, no transformers);
 * the text-env protocol and the task suite: no torch, transformers or RLlib;
 * engines and models: no RLlib (``models/rl_modules.py`` is the RLlib glue of models);
-* nothing outside ``engines/vllm_engine.py`` (when generating) imports vLLM.
+* nothing outside ``engines/vllm_engine.py`` (when generating) imports vLLM;
+* serving: checking requests needs no model; the team service needs no Ray (only ``app.py``
+  is Serve glue).
 """
 
 import json
@@ -34,6 +36,9 @@ RULES = [
     (_modules("pettingllms_rllib/engines", "pettingllms_rllib.engines"), {"ray", "vllm"}),
     (_modules("pettingllms_rllib/models", "pettingllms_rllib.models", {"rl_modules"}),
      {"ray", "vllm"}),
+    (["pettingllms_rllib.serving", "pettingllms_rllib.serving.requests"],
+     {"ray", "torch", "transformers"}),
+    (["pettingllms_rllib.serving.team"], {"ray", "vllm"}),
 ]
 CASES = [(module, forbidden) for modules, forbidden in RULES for module in modules]
 

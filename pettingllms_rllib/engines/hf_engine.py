@@ -186,10 +186,22 @@ class HFEngine:
     def generate(self, model: Any, prompts: Sequence[str],
                  num_samples: int) -> list[list[Completion]]:
         """Sample ``num_samples`` completions for every prompt; see the module docstring."""
-        prompt_ids = encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt)
+        return self.generate_from_ids(
+            model, encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt),
+            num_samples)
+
+    def generate_from_ids(self, model: Any, prompt_ids: Sequence[Sequence[int]],
+                          num_samples: int) -> list[list[Completion]]:
+        """:meth:`generate` for prompts already encoded (a whole chat, as the OpenAI-compatible
+        server receives it: ``serving/team.py``)."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        prompt_ids = [list(ids) for ids in prompt_ids]
+        if any(not ids for ids in prompt_ids):
+            raise ValueError("a prompt encodes to no tokens; the model needs one")
         if not prompt_ids:
             return []
-        rows = [_Row(prompt_index=i) for i in range(len(prompts)) for _ in range(num_samples)]
+        rows = [_Row(prompt_index=i) for i in range(len(prompt_ids)) for _ in range(num_samples)]
         causal_lm = unwrap_peft(model)
         stop_ids = self._stop_ids(causal_lm)
         was_training = causal_lm.training
@@ -202,7 +214,7 @@ class HFEngine:
         finally:
             causal_lm.train(was_training)
 
-        results: list[list[Completion]] = [[] for _ in prompts]
+        results: list[list[Completion]] = [[] for _ in prompt_ids]
         for row in rows:
             results[row.prompt_index].append(Completion(
                 prompt_ids=tuple(prompt_ids[row.prompt_index]),

@@ -109,6 +109,9 @@ class Policies:
     tokenizer: Any
     source: str
     model: str
+    #: The system prompt the modules were trained with (every engine puts it before each
+    #: prompt, so evaluation and serving must too); None for none.
+    system_prompt: str | None = None
 
     def check_roles(self, agents) -> None:
         """Refuse a task whose roles are not the ones these policies were trained for."""
@@ -226,7 +229,8 @@ def checkpoint_policies(checkpoint: str | Path) -> Policies:
             modules[module_id] = _ActivatedModel(multi_module[module_id])
     spec = ModelSpec(**ModelSpec.fields_of_config(config))
     return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(spec),
-                    source=f"checkpoint {checkpoint}", model=config["llm_model"])
+                    source=f"checkpoint {checkpoint}", model=config["llm_model"],
+                    system_prompt=config.get("system_prompt"))
 
 
 class _ActivatedModel:
@@ -240,7 +244,8 @@ class _ActivatedModel:
         return self.rl_module.causal_lm
 
 
-def _causal_lm(model):
+def causal_lm_of(model):
+    """The causal LM a ``Policies`` module generates with (its adapter switched on)."""
     return model.get() if isinstance(model, _ActivatedModel) else model
 
 
@@ -260,14 +265,15 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
     policies.check_roles(env.possible_agents)
     engine = HFEngine(policies.tokenizer, SamplingConfig(
         max_new_tokens=int(settings.max_new_tokens), temperature=float(settings.temperature),
-        seed=int(settings.seed), greedy=settings.decoding == "greedy"))
+        seed=int(settings.seed), greedy=settings.decoding == "greedy"),
+        system_prompt=policies.system_prompt)
 
     # One bar over generated responses (a turn of every task is one batched call, so it moves
     # once per turn and agent); off when stderr is not a terminal (logs, CI).
     bar = tqdm(desc=f"eval {settings.env}", unit=" responses", disable=None, leave=False)
 
     def generate(module_id, prompts, num_samples):
-        responses = engine.generate(_causal_lm(policies.modules[module_id]), prompts,
+        responses = engine.generate(causal_lm_of(policies.modules[module_id]), prompts,
                                     num_samples)
         bar.update(len(prompts) * num_samples)
         return responses
@@ -298,13 +304,14 @@ def _play(env, sampler: TreeSampler, settings: EvalSettings,
             logger.warning("evaluation: %d task(s) dropped because their env raised: %s",
                            len(result.dropped_tasks), ", ".join(result.dropped_tasks))
         if transcript is not None:
-            transcript.extend(_transcript_entry(record, sample) for record in result.records)
+            transcript.extend(transcript_entry(record, sample) for record in result.records)
         logger.info("evaluation sample %d/%d: success %.3f", sample + 1,
                     settings.samples_per_task,
                     sum(e.success for e in result.episodes) / max(1, len(result.episodes)))
 
 
-def _transcript_entry(record: SampleRecord, sample: int) -> dict[str, Any]:
+def transcript_entry(record: SampleRecord, sample: int) -> dict[str, Any]:
+    """One generated response as ``transcripts.jsonl`` and the team server report it."""
     key = record.group_key
     return {"task": key.task, "sample": sample, "agent": key.agent, "turn": key.turn,
             "stage": key.stage, "branch": record.branch, "selected": record.selected,

@@ -5,7 +5,9 @@
   load and validate; in the integration tier the README's walkthrough runs top to bottom
   (train, resume, plot, eval of the run and of the bundled base model, report, envs), with
   only sizes turned down (the tiny model for training, 2 evaluation tasks);
-* ``python`` lines: run (the sandbox report), or, for a pytest call, its test file exists.
+* ``python`` lines: run (the sandbox report), or, for a pytest call, its test file exists;
+* ``curl`` lines (the README's serving examples): run against a live server in
+  ``tests/integration/test_serving.py``.
 
 A snippet with any other program fails :func:`test_every_snippet_is_a_command_these_tests_know`,
 so a new kind of snippet cannot go untested. docs/custom_env.md's snippets run in
@@ -28,7 +30,7 @@ from pettingllms_rllib.experiment import load_experiment
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 TESTED_ELSEWHERE = {"custom_env.md"}
-KNOWN_PROGRAMS = {"make", "pettingllms-rllib", "python"}
+KNOWN_PROGRAMS = {"make", "pettingllms-rllib", "python", "curl"}
 #: Placeholders in the README's command list, and what a test puts in their place.
 PLACEHOLDERS = {" [more run dirs]": "", "CONFIG.yaml": "tune_configs/math_cpu.yaml"}
 
@@ -73,7 +75,7 @@ def test_the_make_targets_exist():
 def test_every_cli_line_parses_and_its_configs_validate():
     parser = build_parser()
     lines = _cli_lines()
-    assert {line[0] for line in lines} == {"train", "plot", "eval", "report", "envs"}
+    assert {line[0] for line in lines} == {"train", "plot", "eval", "report", "envs", "serve"}
     for line in lines:
         args = parser.parse_args(line)
         if args.command == "train":
@@ -120,6 +122,8 @@ def test_the_readme_walkthrough_runs_top_to_bottom(tmp_path):
     ran = []
     for line in _cli_lines():
         if "--address" in line:  # needs a running Ray cluster; parsed above
+            continue
+        if line[0] == "serve":  # runs until stopped: tests/integration/test_serving.py
             continue
         run = subprocess.run([sys.executable, "-m", "pettingllms_rllib.cli", *_sized(line)],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

@@ -1,0 +1,141 @@
+"""The Ray Serve application: HTTP routes over :class:`~.team.TeamService`, with batching.
+
+Routes (JSON in, JSON out; every refusal is a 4xx whose body names the field, ``requests.py``):
+
+* ``POST /v1/episodes``: play one task instance with the whole team; the transcript back.
+* ``POST /v1/chat/completions``: one trained agent answers a chat (OpenAI-compatible; ``model``
+  is an agent id or ``<base>:<agent>``, as ``ray.serve.llm`` names LoRA adapters).
+* ``GET /v1/models``: the names ``model`` accepts.
+
+Concurrent requests are gathered by ``@serve.batch`` (up to ``max_batch_size`` within
+``batch_wait_timeout_s``) and run as one batch in a worker thread, so the replica's event loop
+keeps accepting requests while the model computes.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the route methods' annotations
+# (``request: Request``) at run time, through Serve's ingress wrapper.
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from pettingllms_rllib.serving.requests import (RequestError, decode_json, parse_chat_request,
+                                                parse_episode_request)
+
+logger = logging.getLogger(__name__)
+
+api = FastAPI(title="pettingllms-rllib team server")
+
+
+@serve.deployment(max_ongoing_requests=128)
+@serve.ingress(api)
+class TeamServer:
+    """One replica: the checkpoint's modules loaded once, requests batched onto them.
+
+    Args:
+        checkpoint: an AT-GRPO checkpoint folder (resolved by :func:`build_app`).
+        max_batch_size: most requests of one kind gathered into one batch.
+        batch_wait_timeout_s: how long the first request of a batch waits for others.
+        imports: modules that register the user's envs (imported before the checkpoint loads).
+    """
+
+    def __init__(self, checkpoint: str, max_batch_size: int, batch_wait_timeout_s: float,
+                 imports: list[str]):
+        from pettingllms_rllib.experiment import import_env_modules
+        from pettingllms_rllib.serving.team import TeamService
+
+        import_env_modules(imports, source="serve")
+        self.service = TeamService.from_checkpoint(checkpoint)
+        for batched in (self._play_batch, self._complete_batch):
+            batched.set_max_batch_size(max_batch_size)
+            batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    @api.get("/v1/models")
+    async def models(self) -> dict[str, Any]:
+        return self.service.models()
+
+    @api.post("/v1/episodes")
+    async def episodes(self, request: Request) -> JSONResponse:
+        try:
+            parsed = parse_episode_request(decode_json(await request.body()),
+                                           self.service.team)
+            prepared = await asyncio.to_thread(self.service.prepare_episode, parsed)
+        except RequestError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        result = await self._play_batch(prepared)
+        return JSONResponse(result, status_code=result.get("error", {}).get("code", 200))
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> JSONResponse:
+        try:
+            parsed = parse_chat_request(decode_json(await request.body()), self.service.team)
+            prepared = self.service.prepare_chat(parsed)
+        except RequestError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(await self._complete_batch(prepared))
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
+    async def _play_batch(self, batch: list) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.service.play, batch)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
+    async def _complete_batch(self, batch: list) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.service.complete, batch)
+
+
+def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_size: int = 16,
+              batch_wait_timeout_s: float = 0.01, num_cpus_per_replica: float = 1.0,
+              num_gpus_per_replica: float = 0.0,
+              imports: Sequence[str] = ()) -> serve.Application:
+    """The Serve application for one trained team: ``serve.run(build_app(ckpt))``.
+
+    Args:
+        checkpoint: a checkpoint folder, a trial folder or a one-trial experiment folder (its
+            newest checkpoint is served). Anything else fails here, before Serve starts.
+        num_replicas: replicas, each with its own copy of every module.
+        max_batch_size: most concurrent requests of one kind served by one batch.
+        batch_wait_timeout_s: how long a batch waits to fill up.
+        num_cpus_per_replica / num_gpus_per_replica: each replica's Ray resources.
+        imports: modules that register the user's envs with ``register_text_env`` (as an
+            experiment's ``imports:``); replicas import them too, so they must be on the
+            replicas' Python path.
+    """
+    from pettingllms_rllib.envs.registry import make_text_env
+    from pettingllms_rllib.experiment import import_env_modules
+    from pettingllms_rllib.evaluation.evaluate import (checkpoint_module_dirs,
+                                                       read_checkpoint_config,
+                                                       resolve_checkpoint)
+
+    if num_replicas < 1 or max_batch_size < 1 or batch_wait_timeout_s < 0:
+        raise ValueError(f"num_replicas and max_batch_size must be >= 1 and "
+                         f"batch_wait_timeout_s >= 0; got {num_replicas}, {max_batch_size}, "
+                         f"{batch_wait_timeout_s}")
+    resolved = resolve_checkpoint(checkpoint).resolve()
+    config = read_checkpoint_config(resolved)
+    checkpoint_module_dirs(resolved)
+    import_env_modules(list(imports), source="serve")
+    try:  # the trained task must be known here: replicas look it up by id
+        make_text_env(config["env"], config["env_config"])
+    except KeyError as exc:
+        raise ValueError(f"{resolved} was trained on env {config['env']!r}, which is not "
+                         f"registered here ({exc.args[0]}); pass the module that registers "
+                         "it with imports (--import on the command line)") from exc
+    return TeamServer.options(
+        num_replicas=num_replicas,
+        ray_actor_options={"num_cpus": num_cpus_per_replica, "num_gpus": num_gpus_per_replica},
+    ).bind(str(resolved), max_batch_size, batch_wait_timeout_s, list(imports))
+
+
+def app_builder(args: Mapping[str, Any]) -> serve.Application:
+    """For Serve config files (``serve run`` / ``serve deploy``): ``import_path:
+    pettingllms_rllib.serving.app:app_builder`` with ``args: {checkpoint: ..., ...}`` taking
+    :func:`build_app`'s keyword arguments."""
+    args = dict(args)
+    if "checkpoint" not in args:
+        raise ValueError("app_builder needs args.checkpoint (a checkpoint, trial or "
+                         "experiment folder)")
+    return build_app(args.pop("checkpoint"), **args)

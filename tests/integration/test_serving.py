@@ -1,0 +1,222 @@
+"""``pettingllms-rllib serve`` over real HTTP on 127.0.0.1: a trained per-role checkpoint of the
+tiny model behind Ray Serve answers team episodes exactly as ``eval`` plays them, each agent's
+chat with its own adapter, concurrent requests, the README's client examples, and every bad
+request with a 4xx naming the field while it keeps serving."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+ray = pytest.importorskip("ray")
+
+from toy_ray import AGENTS, TINY  # noqa: E402
+
+from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
+from pettingllms_rllib.cli import main  # noqa: E402
+from pettingllms_rllib.engines.base import SamplingConfig  # noqa: E402
+from pettingllms_rllib.engines.hf_engine import HFEngine  # noqa: E402
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT  # noqa: E402
+from pettingllms_rllib.evaluation.evaluate import (causal_lm_of,  # noqa: E402
+                                                   checkpoint_policies)
+from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SUPPORT = REPO / "tests" / "support"
+SEED = TRAIN_SEED_LIMIT + 1
+PROMPT = "You are the writer. Topic 7, turn 0. Writer said: "
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """One iteration of per-role LoRA on the toy env; the reviewer's adapter is then pushed
+    far from the writer's, so the two agents' answers must differ when served."""
+    import torch
+
+    from pettingllms_rllib.envs import register_text_env
+    from toy_env import ToyScoreEnv
+
+    register_text_env("toy_score_v0", ToyScoreEnv)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        algo = (ATGRPOConfig()
+                .environment("toy_score_v0", env_config={"max_turns": 2})
+                .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6,
+                     lora={"r": 4, "lora_alpha": 8})
+                .training(num_branches=2, num_tasks_per_iteration=2, lr=1e-2)
+                .multi_agent(**multi_agent_kwargs("per_role", AGENTS))
+                .debugging(seed=0)).build_algo()
+        try:
+            algo.train()
+            reviewer = algo.learner_group._learner.module["reviewer"]
+            generator = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                for name, parameter in reviewer.named_parameters():
+                    if "lora_B" in name:
+                        parameter.copy_(torch.randn(parameter.shape, generator=generator))
+            path = algo.save_to_path(str(tmp_path_factory.mktemp("run") / "checkpoint_000000"))
+        finally:
+            algo.stop()
+    finally:
+        ray.shutdown()
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint):
+    """``pettingllms-rllib serve`` in its own process, as a user starts it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(SUPPORT), os.environ.get("PYTHONPATH")) if p)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pettingllms_rllib.cli", "serve", checkpoint, "--port", str(port),
+         "--import", "registered_toy_envs", "--num-cpus", "2", "--max-batch-size", "8"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if requests.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                break
+        except requests.RequestException:  # not listening yet, or the app still loading
+            pass
+        time.sleep(1)
+    else:
+        process.kill()
+        pytest.fail(f"the server did not come up: {process.stdout.read()[-3000:]}")
+    yield url, process
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def post(url, path, body, **kwargs):
+    return requests.post(f"{url}{path}", json=body, timeout=120, **kwargs)
+
+
+def test_a_served_episode_is_the_one_eval_plays_for_the_same_seed(server, checkpoint, tmp_path):
+    url, _ = server
+    reply = post(url, "/v1/episodes", {"seed": SEED})
+    assert reply.status_code == 200, reply.text
+    served = reply.json()
+    assert main(["eval", "--checkpoint", checkpoint, "--num-tasks", "1", "--first-seed",
+                 str(SEED), "--out", str(tmp_path)]) == 0
+    evaluated = [json.loads(line) for line in
+                 (tmp_path / "transcripts.jsonl").read_text().splitlines()]
+    assert served["transcript"] == evaluated
+    assert served["mapping"] == {"writer": "writer", "reviewer": "reviewer"}
+    record = json.loads((tmp_path / "eval.json").read_text())
+    assert served["turns"] == record["summary"]["turns_mean"] == 2
+
+
+def test_each_agent_answers_with_its_own_trained_adapter(server, checkpoint):
+    url, _ = server
+    policies = checkpoint_policies(checkpoint)
+    engine = HFEngine(policies.tokenizer, SamplingConfig(max_new_tokens=6, greedy=True))
+    answers = {}
+    for agent in AGENTS:
+        reply = post(url, "/v1/chat/completions", {
+            "model": f"tiny-random:{agent}", "temperature": 0, "max_tokens": 6,
+            "messages": [{"role": "user", "content": PROMPT}]})
+        assert reply.status_code == 200, reply.text
+        answers[agent] = reply.json()["choices"][0]["message"]["content"]
+        (expected,) = engine.generate(causal_lm_of(policies.modules[agent]), [PROMPT], 1)
+        assert answers[agent] == expected[0].text
+    assert answers["writer"] != answers["reviewer"]
+    listed = {m["id"] for m in requests.get(f"{url}/v1/models", timeout=30).json()["data"]}
+    assert listed == {*AGENTS, *(f"tiny-random:{a}" for a in AGENTS)}
+
+
+def test_concurrent_requests_get_what_they_get_one_at_a_time(server):
+    url, _ = server
+    episodes = [{"seed": seed} for seed in range(8)]
+    chats = [{"model": AGENTS[i % 2], "temperature": 0, "max_tokens": 5,
+              "messages": [{"role": "user", "content": f"topic {i}"}]} for i in range(16)]
+    alone = ([post(url, "/v1/episodes", body).json() for body in episodes],
+             [post(url, "/v1/chat/completions", body).json()["choices"] for body in chats])
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        episode_replies = list(pool.map(lambda b: post(url, "/v1/episodes", b), episodes))
+        chat_replies = list(pool.map(lambda b: post(url, "/v1/chat/completions", b), chats))
+    assert [r.status_code for r in episode_replies + chat_replies] == [200] * 24
+    assert [r.json() for r in episode_replies] == alone[0]
+    assert [r.json()["choices"] for r in chat_replies] == alone[1]
+
+
+BAD_REQUESTS = [
+    ("/v1/episodes", b'{"seed": 7', "body", 400),
+    ("/v1/episodes", {"seed": 7, "env": "chess_v9"}, "env", 400),
+    ("/v1/episodes", {"seed": 7, "env_config": {"colour": "red"}}, "env_config", 400),
+    ("/v1/episodes", {"seed": -1}, "seed", 400),
+    ("/v1/episodes", {"seed": 7, "search": 0}, "search", 400),
+    ("/v1/episodes", {"seed": 7, "env": "plan_path_v0"}, "env", 422),
+    ("/v1/chat/completions", {"model": "critic", "messages": [
+        {"role": "user", "content": "x"}]}, "model", 404),
+    ("/v1/chat/completions", {"model": "writer", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "word " * 3000}]}, "messages", 400),
+    ("/v1/chat/completions", b"not json", "body", 400),
+]
+
+
+@pytest.mark.parametrize("path,body,field,status", BAD_REQUESTS,
+                         ids=[f"{p}-{f}-{s}" for p, _, f, s in BAD_REQUESTS])
+def test_a_bad_request_is_a_4xx_naming_the_field_and_the_server_keeps_serving(
+        server, path, body, field, status):
+    url, _ = server
+    if isinstance(body, bytes):
+        reply = requests.post(f"{url}{path}", data=body, timeout=60,
+                              headers={"Content-Type": "application/json"})
+    else:
+        reply = post(url, path, body)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == field and field in error["message"]
+    assert post(url, "/v1/episodes", {"seed": 3}).status_code == 200
+
+
+def _readme_serving_section() -> str:
+    text = (REPO / "README.md").read_text()
+    return text[text.index("## Serving a trained team"):].split("\n## ")[0]
+
+
+def _for_the_toy_run(snippet: str) -> str:
+    """The README's examples address the main job's run; here the toy run is served."""
+    return snippet.replace("smollm2-135m-instruct:tool", "tiny-random:writer")
+
+
+def test_the_readme_client_examples_run_against_the_server(server):
+    url, _ = server
+    port = url.rsplit(":", 1)[1]
+    section = _readme_serving_section().replace("localhost:8000", f"localhost:{port}")
+    curls = [line for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+             for line in block.replace("\\\n", " ").splitlines() if line.startswith("curl")]
+    assert len(curls) == 2
+    for line in curls:
+        run = subprocess.run(["bash", "-c", _for_the_toy_run(line) + " --fail-with-body"],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, (line, run.stdout, run.stderr)
+        assert json.loads(run.stdout)
+    (client,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    run = subprocess.run([sys.executable, "-c", _for_the_toy_run(client)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip()
+
+
+def test_sigterm_stops_the_server(server):
+    _, process = server
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 0
+    assert "stopping the server" in process.stdout.read()

@@ -1,0 +1,53 @@
+"""The Serve application is refused at start-up, before Ray, when what it is given is not a
+servable run (no Ray cluster is started here)."""
+
+import pickle
+
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from pettingllms_rllib.cli import main  # noqa: E402
+from pettingllms_rllib.serving.app import app_builder, build_app  # noqa: E402
+
+
+def fake_checkpoint(folder, env="nowhere_v0"):
+    """The two things ``build_app`` reads of a checkpoint before Serve starts."""
+    folder.mkdir(parents=True)
+    (folder / "learner_group" / "learner" / "rl_module").mkdir(parents=True)
+    stored = {"ctor_args_and_kwargs": (({"env": env, "env_config": {}},), {})}
+    (folder / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(stored))
+    return folder
+
+
+def test_a_folder_that_is_not_a_run_is_refused_naming_what_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint under"):
+        build_app(tmp_path)
+    assert main(["serve", str(tmp_path)]) == 2
+
+
+def test_a_run_whose_env_is_not_registered_asks_for_the_module_that_registers_it(tmp_path):
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001")
+    with pytest.raises(ValueError, match="'nowhere_v0', which is not registered.*--import"):
+        build_app(tmp_path)
+    with pytest.raises(ValueError, match="imports: cannot import 'no_such_module'"):
+        build_app(checkpoint, imports=["no_such_module"])
+
+
+def test_bad_server_settings_are_refused(tmp_path):
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    for bad in ({"num_replicas": 0}, {"max_batch_size": 0}, {"batch_wait_timeout_s": -1}):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            build_app(checkpoint, **bad)
+
+
+def test_the_config_file_builder_takes_build_apps_arguments(tmp_path):
+    from ray import serve
+
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    assert isinstance(app_builder({"checkpoint": str(tmp_path), "max_batch_size": 4}),
+                      serve.Application)
+    with pytest.raises(ValueError, match="needs args.checkpoint"):
+        app_builder({"max_batch_size": 4})
+    with pytest.raises(TypeError):
+        app_builder({"checkpoint": str(checkpoint), "batch_size": 4})
