@@ -36,7 +36,8 @@ RULES = [
     (_modules("pettingllms_rllib/engines", "pettingllms_rllib.engines"), {"ray", "vllm"}),
     (_modules("pettingllms_rllib/models", "pettingllms_rllib.models", {"rl_modules"}),
      {"ray", "vllm"}),
-    (["pettingllms_rllib.serving", "pettingllms_rllib.serving.requests"],
+    (["pettingllms_rllib.serving", "pettingllms_rllib.serving.requests",
+      "pettingllms_rllib.serving.client"],
      {"ray", "torch", "transformers"}),
     (["pettingllms_rllib.serving.team"], {"ray", "vllm"}),
 ]

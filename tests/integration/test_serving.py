@@ -3,15 +3,12 @@ tiny model behind Ray Serve answers team episodes exactly as ``eval`` plays them
 chat with its own adapter, concurrent requests, the README's client examples, and every bad
 request with a 4xx naming the field while it keeps serving."""
 
+import importlib.util
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,6 +30,9 @@ from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("serve_load", REPO / "bench" / "serve_load.py")
+serve_load = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(serve_load)
 SUPPORT = REPO / "tests" / "support"
 SEED = TRAIN_SEED_LIMIT + 1
 PROMPT = "You are the writer. Topic 7, turn 0. Writer said: "
@@ -75,32 +75,15 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(checkpoint):
-    """``pettingllms-rllib serve`` in its own process, as a user starts it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    """``pettingllms-rllib serve`` in its own process, as a user starts it (the load
+    benchmark's server runner, ``bench/serve_load.py``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(SUPPORT), os.environ.get("PYTHONPATH")) if p)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pettingllms_rllib.cli", "serve", checkpoint, "--port", str(port),
-         "--import", "registered_toy_envs", "--num-cpus", "2", "--max-batch-size", "8"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if requests.get(f"{url}/v1/models", timeout=5).status_code == 200:
-                break
-        except requests.RequestException:  # not listening yet, or the app still loading
-            pass
-        time.sleep(1)
-    else:
-        process.kill()
-        pytest.fail(f"the server did not come up: {process.stdout.read()[-3000:]}")
-    yield url, process
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
+    running = serve_load.ServerProcess(
+        checkpoint, ["--import", "registered_toy_envs", "--num-cpus", "2",
+                     "--max-batch-size", "8"], env=env)
+    yield running.url, running
+    running.kill()
 
 
 def post(url, path, body, **kwargs):
@@ -141,18 +124,17 @@ def test_each_agent_answers_with_its_own_trained_adapter(server, checkpoint):
 
 
 def test_concurrent_requests_get_what_they_get_one_at_a_time(server):
+    """The load benchmark's measurement, small: every request answered, batching changes no
+    answer."""
     url, _ = server
-    episodes = [{"seed": seed} for seed in range(8)]
-    chats = [{"model": AGENTS[i % 2], "temperature": 0, "max_tokens": 5,
-              "messages": [{"role": "user", "content": f"topic {i}"}]} for i in range(16)]
-    alone = ([post(url, "/v1/episodes", body).json() for body in episodes],
-             [post(url, "/v1/chat/completions", body).json()["choices"] for body in chats])
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        episode_replies = list(pool.map(lambda b: post(url, "/v1/episodes", b), episodes))
-        chat_replies = list(pool.map(lambda b: post(url, "/v1/chat/completions", b), chats))
-    assert [r.status_code for r in episode_replies + chat_replies] == [200] * 24
-    assert [r.json() for r in episode_replies] == alone[0]
-    assert [r.json()["choices"] for r in chat_replies] == alone[1]
+    episodes = serve_load.measure(url, "/v1/episodes", [{"seed": s} for s in range(8)], 8)
+    chats = serve_load.measure(url, "/v1/chat/completions", [
+        {"model": AGENTS[i % 2], "temperature": 0, "max_tokens": 5,
+         "messages": [{"role": "user", "content": f"topic {i}"}]} for i in range(16)], 16)
+    for measured in (episodes, chats):
+        assert measured["sequential"]["failed"] == measured["concurrent"]["failed"] == 0
+        assert measured["same_answers"]
+        assert measured["concurrent"]["p95_s"] >= measured["concurrent"]["p50_s"] > 0
 
 
 BAD_REQUESTS = [
@@ -216,7 +198,7 @@ def test_the_readme_client_examples_run_against_the_server(server):
 
 
 def test_sigterm_stops_the_server(server):
-    _, process = server
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=120) == 0
-    assert "stopping the server" in process.stdout.read()
+    _, running = server
+    code, output = running.stop()
+    assert code == 0
+    assert "stopping the server" in output
