@@ -66,7 +66,10 @@ class TeamServer:
             prepared = await asyncio.to_thread(self.service.prepare_episode, parsed)
         except RequestError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
-        result = await self._play_batch(prepared)
+        try:
+            result = await self._play_batch(prepared)
+        except Exception as exc:  # a bug below the env (the env's own errors are caught)
+            return _server_error(exc)
         return JSONResponse(result, status_code=result.get("error", {}).get("code", 200))
 
     @api.post("/v1/chat/completions")
@@ -76,7 +79,10 @@ class TeamServer:
             prepared = self.service.prepare_chat(parsed)
         except RequestError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
-        return JSONResponse(await self._complete_batch(prepared))
+        try:
+            return JSONResponse(await self._complete_batch(prepared))
+        except Exception as exc:
+            return _server_error(exc)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
     async def _play_batch(self, batch: list) -> list[dict[str, Any]]:
@@ -85,6 +91,14 @@ class TeamServer:
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
     async def _complete_batch(self, batch: list) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.service.complete, batch)
+
+
+def _server_error(exc: Exception) -> JSONResponse:
+    """A 500 in the API's error shape; the traceback goes to the replica's log."""
+    logger.exception("request failed")
+    return JSONResponse({"error": {"message": f"{type(exc).__name__}: {exc}",
+                                   "type": "server_error", "param": None, "code": 500}},
+                        status_code=500)
 
 
 def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_size: int = 16,
