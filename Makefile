@@ -56,7 +56,7 @@ sandbox-tools:
 
 # As root, the hostile sandbox suite runs a second time as an unprivileged user.
 test: install sandbox-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) tests/sandbox_unprivileged.sh; fi
 
 test-fast: install sandbox-tools

@@ -136,10 +136,7 @@ class TeamService:
     def play(self, batch: Sequence[PreparedEpisode]) -> list[dict[str, Any]]:
         """Play every episode of ``batch``; one result per episode, in order."""
         results: list[dict[str, Any] | None] = [None] * len(batch)
-        groups: dict[tuple, list[int]] = defaultdict(list)
-        for index, prepared in enumerate(batch):
-            groups[prepared.request.sampling_key].append(index)
-        for indices in groups.values():
+        for indices in _groups_by_sampling_key(batch):
             first = batch[indices[0]].request
             sampler = TreeSampler(self._generate_fn(first), self.policies.mapping.__getitem__,
                                   num_branches=first.search)
@@ -153,10 +150,7 @@ class TeamService:
     def complete(self, batch: Sequence[PreparedChat]) -> list[dict[str, Any]]:
         """Complete every chat of ``batch``; one OpenAI chat completion per chat, in order."""
         results: list[dict[str, Any] | None] = [None] * len(batch)
-        groups: dict[tuple, list[int]] = defaultdict(list)
-        for index, prepared in enumerate(batch):
-            groups[prepared.request.sampling_key].append(index)
-        for indices in groups.values():
+        for indices in _groups_by_sampling_key(batch):
             first = batch[indices[0]].request
             engine = HFEngine(self.policies.tokenizer, SamplingConfig(
                 max_new_tokens=first.max_tokens, temperature=first.temperature or 1.0,
@@ -212,6 +206,14 @@ class TeamService:
                 "parse_errors": episode.parse_errors,
                 "mapping": dict(self.policies.mapping), "search": request.search,
                 "decoding": request.decoding, "transcript": transcript}
+
+
+def _groups_by_sampling_key(batch: Sequence[PreparedEpisode | PreparedChat]) -> list[list[int]]:
+    """Indices of ``batch`` that one sampler run or engine call serves together, in order."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for index, prepared in enumerate(batch):
+        groups[prepared.request.sampling_key].append(index)
+    return list(groups.values())
 
 
 def _chat_completion(prepared: PreparedChat, choices) -> dict[str, Any]:
