@@ -304,21 +304,43 @@ def _play(env, sampler: TreeSampler, settings: EvalSettings,
             logger.warning("evaluation: %d task(s) dropped because their env raised: %s",
                            len(result.dropped_tasks), ", ".join(result.dropped_tasks))
         if transcript is not None:
-            transcript.extend(transcript_entry(record, sample) for record in result.records)
+            transcript.extend(transcript_entry(record, sample, env) for record in result.records)
         logger.info("evaluation sample %d/%d: success %.3f", sample + 1,
                     settings.samples_per_task,
                     sum(e.success for e in result.episodes) / max(1, len(result.episodes)))
 
 
-def transcript_entry(record: SampleRecord, sample: int) -> dict[str, Any]:
-    """One generated response as ``transcripts.jsonl`` and the team server report it."""
+def transcript_entry(record: SampleRecord, sample: int, env: Any = None) -> dict[str, Any]:
+    """One generated response as ``transcripts.jsonl`` and the team server report it.
+
+    ``action`` is what the env's parser read from the response (``env.roles[agent]``; JSON
+    as it is, otherwise its ``repr``), None when it did not parse or the env has no role
+    parsers (a wrapped PettingZoo env parses inside its own ``step``).
+    """
     key = record.group_key
     return {"task": key.task, "sample": sample, "agent": key.agent, "turn": key.turn,
             "stage": key.stage, "branch": record.branch, "selected": record.selected,
             "prompt": record.prompt_text, "response": record.response_text,
+            "action": _parsed_action(env, record.agent, record.response_text),
             "reward": record.reward, "reward_team": record.reward_team,
             "reward_local": record.reward_local, "success": record.success,
             "parse_error": record.parse_error}
+
+
+def _parsed_action(env: Any, agent: str, response: str) -> Any:
+    import json
+
+    role = getattr(env, "roles", {}).get(agent) if env is not None else None
+    if role is None:
+        return None
+    parsed = role.safe_parse(response)
+    if not parsed.ok:
+        return None
+    try:
+        json.dumps(parsed.value)
+        return parsed.value
+    except (TypeError, ValueError):
+        return repr(parsed.value)
 
 
 def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Path, *,

@@ -144,7 +144,7 @@ class TeamService:
             with self._lock, torch.no_grad():
                 played = sampler.run(roots)
             for index in indices:
-                results[index] = self._episode_result(batch[index].request, str(index), played)
+                results[index] = self._episode_result(batch[index], str(index), played)
         return results
 
     def complete(self, batch: Sequence[PreparedChat]) -> list[dict[str, Any]]:
@@ -184,7 +184,8 @@ class TeamService:
                                    num_samples)
         return generate
 
-    def _episode_result(self, request: EpisodeRequest, key: str, played) -> dict[str, Any]:
+    def _episode_result(self, prepared: PreparedEpisode, key: str, played) -> dict[str, Any]:
+        request, root = prepared.request, prepared.root
         name = task_name(request.env, request.seed)
         if key in played.dropped_tasks:
             return {"error": {"message": f"the env raised while playing {name} (the server "
@@ -194,7 +195,7 @@ class TeamService:
         transcript = []
         for record in played.records:
             if record.group_key.task == key:
-                entry = ev.transcript_entry(record, 0)
+                entry = ev.transcript_entry(record, 0, root)
                 entry["task"] = name
                 transcript.append(entry)
         return {"env": request.env, "env_config": dict(request.env_config),

@@ -127,6 +127,8 @@ def test_the_transcript_holds_every_response_and_marks_the_continued_candidates(
     assert {e["task"] for e in entries} == {f"toy_score_v0/seed={s}" for s in
                                             settings().eval_seeds}
     assert all(e["prompt"] and isinstance(e["response"], str) for e in entries)
+    for e in entries:  # the toy roles read any non-empty text as the action itself
+        assert e["action"] == (e["response"] if e["parse_error"] is None else None)
     with open(tmp_path / "out" / "episodes.csv") as handle:  # the greedy path's actions
         actions = sum(int(value) for row in csv.DictReader(handle)
                       for column, value in row.items() if column.endswith("/actions"))
@@ -194,3 +196,18 @@ def test_the_progress_bar_counts_every_generated_response(policies, monkeypatch)
     evaluate(policies, settings(decoding="sample", search=True, num_branches=3),
              transcript=transcript)
     assert sum(counted) == len(transcript) > 0
+
+
+def test_a_parsed_action_that_is_not_json_is_reported_by_its_repr():
+    from pettingllms_rllib.envs import ParseResult, Role
+    from pettingllms_rllib.evaluation.evaluate import _parsed_action
+
+    class Env:
+        roles = {"a": Role("a", "", lambda text: ParseResult(value={1, 2})),
+                 "b": Role("b", "", lambda text: ParseResult(value=[1, "x"])),
+                 "c": Role("c", "", lambda text: ParseResult(error="no"))}
+
+    assert _parsed_action(Env(), "a", "x") == "{1, 2}"
+    assert _parsed_action(Env(), "b", "x") == [1, "x"]
+    assert _parsed_action(Env(), "c", "x") is None
+    assert _parsed_action(object(), "a", "x") is None  # a wrapped env parses in its step

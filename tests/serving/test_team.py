@@ -73,6 +73,7 @@ def test_a_greedy_episode_is_the_one_eval_plays_for_that_seed(service, tmp_path)
     evaluated = [json.loads(line) for line in
                  (tmp_path / "transcripts.jsonl").read_text().splitlines()]
     assert served["transcript"] == evaluated
+    assert all("action" in entry for entry in evaluated)
     assert served["task"] == f"toy_score_v0/seed={SEED}"
     assert served["success"] == bool(record["summary"]["success_rate"])
     (summary,) = evaluate(service.policies, settings)
