@@ -255,8 +255,8 @@ def _serve(args: argparse.Namespace) -> int:
                         max_batch_size=args.max_batch_size,
                         num_cpus_per_replica=args.num_cpus_per_replica,
                         num_gpus_per_replica=args.num_gpus_per_replica,
-                        imports=args.imports or [])
-    except (ValueError, FileNotFoundError) as exc:  # refused before Ray starts
+                        imports=args.imports or [], engine=args.engine)
+    except (ValueError, FileNotFoundError, ImportError) as exc:  # refused before Ray starts
         logger.error("%s", exc)
         return 2
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--host", default="127.0.0.1",
                          help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     serving.add_argument("--port", type=int, default=8000)
+    serving.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+                         help="hf: the checkpoint's torch modules (as eval); vllm: vLLM loads "
+                              "the same weights (one adapter per LoRA module)")
     serving.add_argument("--num-replicas", type=int, default=1,
                          help="replicas, each holding every module")
     serving.add_argument("--max-batch-size", type=int, default=16,

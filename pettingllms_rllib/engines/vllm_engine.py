@@ -151,13 +151,18 @@ class VLLMEngine:
     def encode_prompt(self, prompt: str) -> list[int]:
         return encode_chat_prompt(self.tokenizer, prompt, self.system_prompt)
 
-    def _sampling_params(self, num_samples: int, **overrides):
+    def _sampling_params(self, num_samples: int, sampling: SamplingConfig | None = None,
+                         **overrides):
+        """vLLM's parameters for ``sampling`` (default: the engine's own settings)."""
         from vllm import SamplingParams
 
-        temperature = 0.0 if self.sampling.greedy else self.sampling.temperature  # 0 = greedy
+        sampling = sampling or self.sampling
+        temperature = 0.0 if sampling.greedy else sampling.temperature  # 0 = greedy
         fields = dict(n=num_samples, temperature=temperature, top_p=1.0, top_k=0,
-                      min_p=0.0, max_tokens=self.sampling.max_new_tokens, logprobs=0,
+                      min_p=0.0, max_tokens=sampling.max_new_tokens, logprobs=0,
                       skip_special_tokens=True)
+        if sampling is not self.sampling and sampling.seed is not None:
+            fields["seed"] = int(sampling.seed)  # a request's own seed (the team server)
         fields.update(overrides)
         return SamplingParams(**fields)
 
@@ -174,13 +179,24 @@ class VLLMEngine:
     def generate(self, model: str | None, prompts: Sequence[str],
                  num_samples: int) -> list[list[Completion]]:
         """Sample ``num_samples`` completions per prompt with adapter ``model`` (None = base)."""
+        return self.generate_from_ids(
+            model, encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt),
+            num_samples)
+
+    def generate_from_ids(self, model: str | None, prompt_ids: Sequence[Sequence[int]],
+                          num_samples: int, sampling: SamplingConfig | None = None
+                          ) -> list[list[Completion]]:
+        """:meth:`generate` for prompts already encoded, optionally with other ``sampling``
+        settings than the engine's (the team server's per-request settings)."""
         from vllm.inputs import TokensPrompt
 
-        prompt_ids = encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        prompt_ids = [list(ids) for ids in prompt_ids]
         if not prompt_ids:
             return []
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids],
-                                    self._sampling_params(num_samples),
+                                    self._sampling_params(num_samples, sampling),
                                     lora_request=self._lora_request(model), use_tqdm=False)
         results = []
         for ids, output in zip(prompt_ids, outputs):

