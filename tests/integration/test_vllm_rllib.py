@@ -37,8 +37,12 @@ def ray_session():
     yield from toy_ray_session(num_cpus=2)
 
 
-def vllm_config(mapping: str, *, lora: bool, sync_dir=None) -> ATGRPOConfig:
-    return (
+#: One resource pool per role's module, each learning in the driver.
+TWO_POOLS = {f"{agent}_pool": {"modules": [agent], "num_learners": 0} for agent in AGENTS}
+
+
+def vllm_config(mapping: str, *, lora: bool, sync_dir=None, pools=None) -> ATGRPOConfig:
+    config = (
         ATGRPOConfig()
         .environment("toy_score_v0", env_config={"max_turns": 1})
         .llm(model="tiny-random", tiny_model_config=VLLM_TINY, max_new_tokens=6,
@@ -50,6 +54,7 @@ def vllm_config(mapping: str, *, lora: bool, sync_dir=None) -> ATGRPOConfig:
         .multi_agent(**multi_agent_kwargs(mapping, AGENTS))
         .debugging(seed=0)
     )
+    return config.resource_pools(pools=pools) if pools is not None else config
 
 
 def runner_call(algo, fn):
@@ -58,21 +63,26 @@ def runner_call(algo, fn):
 
 
 def learner_logprobs(algo, module_id, completion):
-    module = algo.learner_group._learner.module[module_id]
+    group = algo.learner_group
+    if hasattr(group, "pools"):  # resource pools: the module's own pool's learner
+        group = group.pools[group.pool_of_module[module_id]]
+    module = group._learner.module[module_id]
     module.activate()
     pad_id = algo._pad_token_id()
     return teacher_forced(module.causal_lm, [completion], 1.0, pad_id)[0]
 
 
-@pytest.mark.parametrize("mapping,lora,disk", [
-    ("per_role", True, False), ("per_role", False, False), ("per_role", False, True)],
-    ids=["lora_adapter_per_role", "full_model_per_role", "full_model_per_role_synced_by_disk"])
+@pytest.mark.parametrize("mapping,lora,disk,pools", [
+    ("per_role", True, False, None), ("per_role", False, False, None),
+    ("per_role", False, True, None), ("per_role", True, False, TWO_POOLS)],
+    ids=["lora_adapter_per_role", "full_model_per_role", "full_model_per_role_synced_by_disk",
+         "lora_adapter_per_role_two_pools"])
 def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, lora, disk,
-                                                                      tmp_path):
+                                                                      pools, tmp_path):
     sync_dir = tmp_path / "weights" if disk else None
-    algo = vllm_config(mapping, lora=lora, sync_dir=sync_dir).build_algo()
+    algo = vllm_config(mapping, lora=lora, sync_dir=sync_dir, pools=pools).build_algo()
     try:
-        module_ids = sorted(algo.learner_group._learner.module.keys())
+        module_ids = sorted(AGENTS)
         adapter = (lambda mid: mid) if lora else (lambda mid: None)
         completion = runner_call(algo, lambda r: r.engine.engines[module_ids[0]].generate(
             adapter(module_ids[0]), ["Write a short review."], 1)[0][0])
