@@ -18,7 +18,7 @@ def _python_blocks() -> list[str]:
 
 @pytest.mark.integration
 def test_the_python_api_example_trains_saves_and_prints_a_success_rate(tmp_path):
-    example = _python_blocks()[0]
+    example = _python_blocks()[0]  # the Python API section comes first
     assert 'model="smollm2-135m-instruct"' in example and "range(3)" in example
     tiny = example.replace(
         'model="smollm2-135m-instruct",',
@@ -35,7 +35,7 @@ def test_the_python_api_example_trains_saves_and_prints_a_success_rate(tmp_path)
 
 
 def test_the_conformance_snippet_checks_an_env():
-    snippet = _python_blocks()[1]
+    (snippet,) = [block for block in _python_blocks() if "check_text_env" in block]
     assert "check_text_env(lambda: MyEnv(max_turns=3))" in snippet
     setup = textwrap.dedent("""
         from pettingllms_envs.plan_path import PlanPathEnv as MyEnv
