@@ -756,7 +756,12 @@ class MathEnv(TextParallelEnv):
             self.answers["tool"] = self._own_program(raw["reasoner"])
         success = correct.get("reasoner", False)
         first, second = self.answers["reasoner"], self.answers["tool"]
+        # A restated computation is no value (see ``states_a_value``), so it cannot agree
+        # either: else a reasoner restating the problem ends the episode on turn 1 against
+        # the tool's printout, before it could read that printout (seen in a trained run).
         agree = (first.text is not None and second.text is not None
+                 and not (self._gold_is_a_value and not (states_a_value(first.text)
+                                                         and states_a_value(second.text)))
                  and answers_equivalent(first.parsed, second.parsed))
         if agree:
             for agent in stage:

@@ -339,6 +339,19 @@ def test_restating_the_computation_is_not_its_value(answer_format, reasoner):
     assert "not a number" in infos["reasoner"]["feedback"]
 
 
+def test_a_restated_computation_does_not_agree_with_the_tools_value():
+    # Agreement ends the episode: a reasoner that restates the problem on turn 1 must still
+    # get turn 2, where it sees what the tool's program printed.
+    env = _env(ARITHMETIC, answer_format="sentence", max_turns=2)
+    obs, _, terms, _, infos = env.step({"reasoner": "The answer is 10 - 10 * 2.",
+                                        "tool": _program("-10")})
+    assert not any(terms.values()) and env.turn == 1 and "agree" not in infos["tool"]["feedback"]
+    assert "tool agent's latest answer: -10" in obs["reasoner"]
+    _, _, terms, _, infos = env.step({"reasoner": "The answer is -10.",
+                                      "tool": _program("-10")})
+    assert all(terms.values()) and infos["reasoner"]["success"]
+
+
 @pytest.mark.parametrize("reasoner", ["The answer is -10.", "The answer is x = -10.",
                                       "\\boxed{-10}", "The answer is $-10$."])
 def test_a_stated_value_still_counts_in_its_usual_forms(reasoner):
