@@ -140,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="more `serve` arguments, e.g. --serve-arg=--import=my_envs")
     parser.add_argument("--out", help="JSON file for the results")
     args = parser.parse_args(argv)
+    # A timeout's SIGTERM must still stop the server (and its Ray) through ``finally``.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     server = ServerProcess(args.checkpoint, ["--max-batch-size", str(args.max_batch_size),
                                              "--num-cpus", str(args.num_cpus),
@@ -152,17 +154,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         chats = [{"model": agents[i % len(agents)], "temperature": 0,
                   "messages": [{"role": "user", "content": prompts[i % len(prompts)]}]}
                  for i in range(args.chats)]
-        results = {"checkpoint": str(args.checkpoint), "max_batch_size": args.max_batch_size,
-                   "episodes": measure(server.url, "/v1/episodes", episodes,
-                                       args.episode_concurrency),
-                   "chats": measure(server.url, "/v1/chat/completions", chats,
-                                    args.chat_concurrency)}
+        results = {"checkpoint": str(args.checkpoint), "max_batch_size": args.max_batch_size}
+        for kind, path, bodies, concurrency in (
+                ("episodes", "/v1/episodes", episodes, args.episode_concurrency),
+                ("chats", "/v1/chat/completions", chats, args.chat_concurrency)):
+            started = time.perf_counter()
+            results[kind] = measure(server.url, path, bodies, concurrency)
+            print(f"{kind}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            if args.out:  # what is measured so far survives a later failure
+                Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     finally:
         server.kill()
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    print(json.dumps(results, indent=1))
     return 0
 
 
