@@ -16,16 +16,14 @@ import requests
 
 ray = pytest.importorskip("ray")
 
-from toy_ray import AGENTS, TINY  # noqa: E402
+from toy_ray import AGENTS, TINY, per_role_lora_checkpoint  # noqa: E402
 
-from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
 from pettingllms_rllib.cli import main  # noqa: E402
 from pettingllms_rllib.engines.base import SamplingConfig  # noqa: E402
 from pettingllms_rllib.engines.hf_engine import HFEngine  # noqa: E402
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT  # noqa: E402
 from pettingllms_rllib.evaluation.evaluate import (causal_lm_of,  # noqa: E402
                                                    checkpoint_policies)
-from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -40,37 +38,10 @@ PROMPT = "You are the writer. Topic 7, turn 0. Writer said: "
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """One iteration of per-role LoRA on the toy env; the reviewer's adapter is then pushed
-    far from the writer's, so the two agents' answers must differ when served."""
-    import torch
-
-    from pettingllms_rllib.envs import register_text_env
-    from toy_env import ToyScoreEnv
-
-    register_text_env("toy_score_v0", ToyScoreEnv)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        algo = (ATGRPOConfig()
-                .environment("toy_score_v0", env_config={"max_turns": 2})
-                .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6,
-                     lora={"r": 4, "lora_alpha": 8})
-                .training(num_branches=2, num_tasks_per_iteration=2, lr=1e-2)
-                .multi_agent(**multi_agent_kwargs("per_role", AGENTS))
-                .debugging(seed=0)).build_algo()
-        try:
-            algo.train()
-            reviewer = algo.learner_group._learner.module["reviewer"]
-            generator = torch.Generator().manual_seed(0)
-            with torch.no_grad():
-                for name, parameter in reviewer.named_parameters():
-                    if "lora_B" in name:
-                        parameter.copy_(torch.randn(parameter.shape, generator=generator))
-            path = algo.save_to_path(str(tmp_path_factory.mktemp("run") / "checkpoint_000000"))
-        finally:
-            algo.stop()
-    finally:
-        ray.shutdown()
-    return path
+    """One iteration of per-role LoRA on the toy env; the reviewer's adapter pushed far from
+    the writer's, so the two agents' answers must differ when served."""
+    return per_role_lora_checkpoint(tmp_path_factory.mktemp("run") / "checkpoint_000000",
+                                    tiny_model_config=TINY, env_config={"max_turns": 2})
 
 
 @pytest.fixture(scope="module")

