@@ -9,7 +9,11 @@
    and the pools train at the same time: ``resource_pools.py``); 5. ``sync_weights`` to the
    runners; 6. metrics.
 
-With ``async_rollout`` (one-step off-policy), step 1 collects the sample the runners started
+With ``async_rollout`` and resource pools, each pool instead updates on its own schedule
+across iterations and its weights are published as soon as its update is in
+(``pool_schedule.py``): a slower pool does not hold back the other pools' modules.
+
+With ``async_rollout`` (one-step off-policy) and one learner group, step 1 collects the sample the runners started
 during the previous iteration and immediately starts the next one with the weights they hold,
 so sampling iteration n+1 overlaps training on iteration n; the new weights reach each runner
 before its next sample (Ray runs an actor's calls in order). Responses then lag the learner by
@@ -48,6 +52,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from pettingllms_rllib.algorithms.config import ATGRPOConfig
+from pettingllms_rllib.algorithms.pool_schedule import PoolSchedule, WeightsLagError
 from pettingllms_rllib.algorithms.resource_pools import PooledLearnerGroup
 from pettingllms_rllib.core.advantages import group_advantages, mean_group_reward_std
 from pettingllms_rllib.core.batching import batches_per_module, records_to_train
@@ -97,10 +102,6 @@ from pettingllms_rllib.metric_keys import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-class WeightsLagError(RuntimeError):
-    """A runner sampled with older weights than the learner last synced to it."""
 
 
 class EnvRunnerLostError(RuntimeError):
@@ -201,6 +202,10 @@ class ATGRPO(Algorithm):
         torch.set_num_threads(max(1, int(config.num_cpus_for_main_process or 1)))
         super().setup(config)
         self._synced_weights_version: int | None = None
+        #: With ``async_rollout`` and resource pools: each pool's own update schedule.
+        pooled = self.pooled_learner_group
+        self._pool_schedule = PoolSchedule(pooled, config.effective_max_staleness) \
+            if pooled is not None and self.overlaps_sampling else None
         #: With ``async_rollout``: whether the runners are sampling the next iteration.
         self._sample_in_flight = False
         #: The held-out evaluation of the untrained team (before any update), when
@@ -215,6 +220,9 @@ class ATGRPO(Algorithm):
 
     @override(Algorithm)
     def training_step(self) -> None:
+        if self._pool_schedule is not None:
+            self._pooled_async_training_step()
+            return
         cfg: ATGRPOConfig = self.config
         clock = Stopwatch()
         with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
@@ -245,9 +253,62 @@ class ATGRPO(Algorithm):
                     raise EnvRunnerLostError(_restarts_off("receiving weights", exc)) from exc
         self._log_time_shares(clock, outputs)
 
+    def _pooled_async_training_step(self) -> None:
+        """``async_rollout`` with resource pools: every pool updates on its own schedule and
+        its weights reach the runners as soon as its update is in (``pool_schedule.py``)."""
+        cfg: ATGRPOConfig = self.config
+        schedule = self._pool_schedule
+        clock = Stopwatch()
+        with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
+                                                    reduce="mean", window=1):
+            outputs = self._sample_overlapped(start_next=False)
+        self._check_weights_versions(outputs)
+        with clock("learner"), self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER),
+                                                     reduce="mean", window=1):
+            finished = schedule.collect()
+        if finished:
+            self.metrics.aggregate([r for results, _ in finished.values() for r in results],
+                                   key=LEARNER_RESULTS)
+        for pool, (_, seconds) in finished.items():
+            self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
+                                   window=1)
+        published = schedule.publish(finished)
+        if published is not None:
+            with clock("weight_sync"), self.metrics.log_time(
+                    (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
+                try:
+                    self._sync_trained_weights(published[1])
+                except RayError as exc:  # restarts off: a runner died while receiving them
+                    raise EnvRunnerLostError(_restarts_off("receiving weights", exc)) from exc
+        self._start_sample()
+        with clock("advantages"):
+            _, trained = self._advantaged_records(outputs)
+            schedule.queue(trained)
+        with clock("learner"):
+            lags = schedule.start_idle(
+                self._module_batches,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
+                shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
+        self._log_staleness(lags)
+        self._log_time_shares(clock, outputs)
+
     def _training_batch(self, outputs: Sequence[dict[str, Any]]) -> MultiAgentBatch | None:
         """Advantages over all records, rollout metrics, and the per-module learner batch
         (None when every group was dropped)."""
+        records, trained = self._advantaged_records(outputs)
+        learner_version = self._learner_version(records)
+        lags: dict[str, list[int]] = defaultdict(list)
+        for record in trained:
+            lags[record.module_id].append(learner_version - int(record.weights_version))
+        self._log_staleness(lags)
+        return self._learner_batch(trained) if trained else None
+
+    def _advantaged_records(self, outputs: Sequence[dict[str, Any]]
+                            ) -> tuple[list[SampleRecord], list[SampleRecord]]:
+        """Every sampled record with its group advantage, and those the learner trains on;
+        logs the rollout metrics and the per-module advantage and reward statistics."""
         cfg: ATGRPOConfig = self.config
         records = [r for out in outputs for r in out["records"]]
         episodes = [e for out in outputs for e in out["episodes"]]
@@ -261,11 +322,8 @@ class ATGRPO(Algorithm):
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs),
                                   sum(int(o.get("tasks_dropped", 0)) for o in outputs))
         by_module: dict[str, list[float]] = defaultdict(list)
-        staleness: dict[str, list[int]] = defaultdict(list)
-        learner_version = self._learner_version(records)
         for record in trained:
             by_module[record.module_id].append(record.advantage)
-            staleness[record.module_id].append(learner_version - int(record.weights_version))
         sampled_by_module: dict[str, list[SampleRecord]] = defaultdict(list)
         for record in records:
             sampled_by_module[record.module_id].append(record)
@@ -273,12 +331,6 @@ class ATGRPO(Algorithm):
             values = by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, ADVANTAGE_STD, module_id),
                                    float(np.std(values)) if values else float("nan"), window=1)
-            lags = staleness.get(module_id, [])
-            self.metrics.log_dict({
-                (AT_GRPO_RESULTS, STALENESS_MEAN, module_id):
-                    float(np.mean(lags)) if lags else float("nan"),
-                (AT_GRPO_RESULTS, STALENESS_MAX, module_id):
-                    float(max(lags)) if lags else float("nan")}, window=1)
             own = sampled_by_module.get(module_id, [])
             self.metrics.log_value((AT_GRPO_RESULTS, REWARD_STD, module_id),
                                    mean_group_reward_std([r.reward for r in own],
@@ -294,12 +346,27 @@ class ATGRPO(Algorithm):
         }, window=1)
         if not trained:
             logger.warning("no trainable samples this iteration (all groups dropped)")
-            return None
-        return MultiAgentBatch(
-            {mid: SampleBatch(cols) for mid, cols in batches_per_module(
-                trained, self._pad_token_id(),
-                shared_prefix=bool(cfg.shared_prefix_training)).items()},
-            env_steps=len(trained))
+        return records, trained
+
+    def _log_staleness(self, lags: dict[str, list[int]]) -> None:
+        """Per module, how many versions the rows an update starts on lag the weights it
+        starts from (NaN for a module with no such rows this iteration)."""
+        for module_id in sorted(self.config.policies):
+            own = lags.get(module_id, [])
+            self.metrics.log_dict({
+                (AT_GRPO_RESULTS, STALENESS_MEAN, module_id):
+                    float(np.mean(own)) if own else float("nan"),
+                (AT_GRPO_RESULTS, STALENESS_MAX, module_id):
+                    float(max(own)) if own else float("nan")}, window=1)
+
+    def _module_batches(self, trained: Sequence[SampleRecord]) -> dict[str, SampleBatch]:
+        """The learner's rows of each module (padded, or packed by shared prompt)."""
+        return {mid: SampleBatch(cols) for mid, cols in batches_per_module(
+            trained, self._pad_token_id(),
+            shared_prefix=bool(self.config.shared_prefix_training)).items()}
+
+    def _learner_batch(self, trained: Sequence[SampleRecord]) -> MultiAgentBatch:
+        return MultiAgentBatch(self._module_batches(trained), env_steps=len(trained))
 
     def _learner_version(self, records: Sequence[SampleRecord]) -> int:
         """The weights version the coming update starts from: the last one synced to the
@@ -481,9 +548,10 @@ class ATGRPO(Algorithm):
     #: Tag of the in-flight sample requests of ``async_rollout``.
     _SAMPLE_TAG = "at_grpo_sample"
 
-    def _sample_overlapped(self) -> list[dict[str, Any]]:
+    def _sample_overlapped(self, start_next: bool = True) -> list[dict[str, Any]]:
         """``async_rollout``: the outputs of the sample started last iteration (started now
-        on the first), after starting the next one with the runners' current weights."""
+        on the first), after starting the next one with the runners' current weights (unless
+        ``start_next`` is False: the caller starts it after a weight sync)."""
         group = self.env_runner_group
         if not self._sample_in_flight:
             self._start_sample()
@@ -497,7 +565,8 @@ class ATGRPO(Algorithm):
         # A runner lost mid-sample has its share sampled again, synchronously.
         outputs = self._complete_sample(
             outputs, remote, share_sampler(int(self.config.num_tasks_per_iteration), remote))
-        self._start_sample()
+        if start_next:
+            self._start_sample()
         return outputs
 
     def _start_sample(self) -> None:

@@ -273,8 +273,9 @@ class ATGRPOConfig(AlgorithmConfig):
                 attention kernels without custom masks, e.g. flash-attention).
             async_rollout: overlap rollout and training (one-step off-policy): the env
                 runners sample iteration n+1 while the learners train on iteration n, with the
-                weights of update n-1. Needs remote env runners (``num_env_runners >= 1``).
-                Off by default (the synchronous algorithm).
+                weights of update n-1. With ``.resource_pools``, each pool updates on its own
+                schedule and staleness is per module (``pool_schedule.py``). Needs remote env
+                runners (``num_env_runners >= 1``). Off by default (the synchronous algorithm).
             max_staleness: the most weights versions a trained response may lag the learner
                 (0 = on-policy, the synchronous algorithm; 1 = one-step off-policy, the only
                 depth ``async_rollout`` builds). None = 1 with ``async_rollout``, else 0. A

@@ -8,8 +8,11 @@ modules (``rl_module_spec``) and its pool's learner resources and optimiser sett
 
 * ``update`` routes each module's batch to its pool and runs the pools' updates at the same time
   (one driver thread per pool; a pool with remote learners trains in its own processes);
-* every pool then carries the same weights version (the group's update count), so env runners
+  every pool then carries the same weights version (the group's update count), so env runners
   and engines keep one version number whatever the number of pools;
+* with ``async_rollout``, ``start_update`` / ``finished_updates`` / ``publish`` let each pool
+  update on its own schedule instead (``pool_schedule.py``): the group's version still counts
+  publications, and a pool's learners carry the version its weights were last published with;
 * ``get_state`` / ``set_state`` merge and split states by module, so RLlib's ``sync_weights``
   (one request per runner carrying every pool's trained modules) and ``Algorithm.get_state``
   work unchanged;
@@ -28,7 +31,7 @@ import dataclasses
 import logging
 import pickle
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
@@ -197,6 +200,8 @@ class PooledLearnerGroup(LearnerGroup):
         self.pool_specs = {pool.name: pool for pool in pools}
         self.pool_of_module = {m: pool.name for pool in pools for m in pool.modules}
         self.pools: dict[str, LearnerGroup] = {}
+        #: Background updates (``start_update``) whose results were not collected yet.
+        self._in_flight: dict[str, Future] = {}
         self._executor = ThreadPoolExecutor(max_workers=len(pools),
                                             thread_name_prefix="resource-pool")
         for pool in pools:
@@ -255,10 +260,68 @@ class PooledLearnerGroup(LearnerGroup):
         self._weights_seq_no = version
         return results
 
+    # ------------------------------------------------------------------ per-pool updates
+    def start_update(self, name: str, module_batches: dict, **kwargs) -> None:
+        """Start one pool's update in the background (``async_rollout`` with pools, see
+        ``pool_schedule.py``): it may run across iterations while the other pools update and
+        publish. Its weights reach the runners only through :meth:`publish`."""
+        if self.is_updating(name):
+            raise RuntimeError(f"resource pool {name!r} is still updating; collect its result "
+                               "(finished_updates) before starting another")
+
+        def train():
+            started = time.perf_counter()
+            results = self.pools[name].update(
+                batch=MultiAgentBatch(module_batches,
+                                      env_steps=sum(len(b) for b in module_batches.values())),
+                **kwargs)
+            return results, time.perf_counter() - started
+
+        self._in_flight[name] = self._executor.submit(train)
+
+    def is_updating(self, name: str) -> bool:
+        """Whether the pool has a background update whose result was not collected yet."""
+        return name in self._in_flight
+
+    def finished_updates(self, wait_for: Collection[str] = ()) -> dict[str, tuple[list, float]]:
+        """The results and seconds of every background update that has finished, after
+        waiting for the pools in ``wait_for``; those pools are free to start again. A failed
+        update raises here, naming its pool."""
+        for name in wait_for:
+            if name in self._in_flight:
+                self._in_flight[name].exception()  # waits; the error is raised below
+        done = {}
+        for name in [n for n, future in self._in_flight.items() if future.done()]:
+            future = self._in_flight.pop(name)
+            try:
+                done[name] = future.result()
+            except Exception as exc:
+                raise RuntimeError(f"the update of resource pool {name!r} failed: {exc}") from exc
+        return done
+
+    def publish(self, names: Collection[str]) -> int:
+        """A new weights version for the pools in ``names`` (their updates are in): the
+        group's version goes up by one and their learners carry it, so a later update of such
+        a pool treats rows sampled before it as stale; the other pools keep the version their
+        weights were published with. Returns the new version."""
+        self._weights_seq_no += 1
+        for name in names:
+            self.pools[name].foreach_learner(lambda learner, v=self._weights_seq_no:
+                                             learner.set_state({WEIGHTS_SEQ_NO: v}))
+        return self._weights_seq_no
+
+    def _wait_for_updates(self, names: Collection[str] | None = None) -> None:
+        """Wait until the named pools (all: None) have no update running, so that their
+        state is read between updates, never during one; results stay to be collected."""
+        for name, future in list(self._in_flight.items()):
+            if names is None or name in names:
+                future.exception()
+
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
         """One learner state for all pools: module weights and optimiser states merged by
         module, and the group's weights version (the learners' metrics stay with their pool:
-        they cannot be merged without mixing them up)."""
+        they cannot be merged without mixing them up). A pool with a background update running
+        is read once that update is done."""
         state: dict[str, Any] = {}
         if not self._check_component(COMPONENT_LEARNER, components, not_components):
             return state
@@ -266,6 +329,7 @@ class PooledLearnerGroup(LearnerGroup):
         for name, pool in self.pools.items():
             if not self._asks_for_pool(name, components):
                 continue
+            self._wait_for_updates([name])
             part = pool.get_state(components=components, not_components=not_components,
                                   **kwargs).get(COMPONENT_LEARNER, {})
             for key, value in part.items():
@@ -292,6 +356,7 @@ class PooledLearnerGroup(LearnerGroup):
         """Split a merged learner state by module and give each pool its share."""
         if COMPONENT_LEARNER not in state:
             return
+        self._wait_for_updates()
         learner = state[COMPONENT_LEARNER]
         version = int(learner.get(WEIGHTS_SEQ_NO, 0))
         for name, pool in self.pools.items():
@@ -330,6 +395,7 @@ class PooledLearnerGroup(LearnerGroup):
             path = tempfile.mkdtemp()
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
+        self._wait_for_updates()
         for name, pool in self.pools.items():
             pool.save_to_path(root / POOLS_DIR / name, filesystem=filesystem,
                               use_msgpack=use_msgpack)
@@ -354,6 +420,7 @@ class PooledLearnerGroup(LearnerGroup):
         if sorted(saved["pools"]) != sorted(self.pools):
             raise ValueError(f"checkpoint {root} holds pools {saved['pools']} but this config "
                              f"has {sorted(self.pools)}")
+        self._wait_for_updates()
         for name, pool in self.pools.items():
             pool.restore_from_path(root / POOLS_DIR / name, filesystem=filesystem, **kwargs)
         self._weights_seq_no = int(saved[WEIGHTS_SEQ_NO])
@@ -366,6 +433,7 @@ class PooledLearnerGroup(LearnerGroup):
                     "pools": list(self.pool_specs.values())}
 
     def shutdown(self) -> None:
+        self._wait_for_updates()
         for pool in self.pools.values():
             pool.shutdown()
         self._executor.shutdown(wait=False)
