@@ -7,9 +7,10 @@ Routes (JSON in, JSON out; every refusal is a 4xx whose body names the field, ``
   is an agent id or ``<base>:<agent>``, as ``ray.serve.llm`` names LoRA adapters).
 * ``GET /v1/models``: the names ``model`` accepts.
 
-Concurrent requests are gathered by ``@serve.batch`` (up to ``max_batch_size`` within
-``batch_wait_timeout_s``) and run as one batch in a worker thread, so the replica's event loop
-keeps accepting requests while the model computes.
+Concurrent requests are gathered into batches (``gather.py``: every request that arrived while
+the previous batch ran, up to ``max_batch_size``, waiting up to ``batch_wait_timeout_s`` for
+more) and each batch runs in a worker thread, so the replica's event loop keeps accepting
+requests while the model computes.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route methods' annotations
@@ -23,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
+from pettingllms_rllib.serving.gather import BatchGatherer
 from pettingllms_rllib.serving.requests import (RequestError, decode_json, parse_chat_request,
                                                 parse_episode_request)
 
@@ -51,9 +53,8 @@ class TeamServer:
 
         import_env_modules(imports, source="serve")
         self.service = TeamService.from_checkpoint(checkpoint, engine=engine)
-        for batched in (self._play_batch, self._complete_batch):
-            batched.set_max_batch_size(max_batch_size)
-            batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+        self._episodes = BatchGatherer(self.service.play, max_batch_size, batch_wait_timeout_s)
+        self._chats = BatchGatherer(self.service.complete, max_batch_size, batch_wait_timeout_s)
 
     @api.get("/v1/models")
     async def models(self) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class TeamServer:
         except RequestError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         try:
-            result = await self._play_batch(prepared)
+            result = await self._episodes.submit(prepared)
         except Exception as exc:  # a bug below the env (the env's own errors are caught)
             return _server_error(exc)
         return JSONResponse(result, status_code=result.get("error", {}).get("code", 200))
@@ -81,17 +82,9 @@ class TeamServer:
         except RequestError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         try:
-            return JSONResponse(await self._complete_batch(prepared))
+            return JSONResponse(await self._chats.submit(prepared))
         except Exception as exc:
             return _server_error(exc)
-
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
-    async def _play_batch(self, batch: list) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.service.play, batch)
-
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
-    async def _complete_batch(self, batch: list) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.service.complete, batch)
 
 
 def _server_error(exc: Exception) -> JSONResponse:
