@@ -123,8 +123,8 @@ def measure(url: str, path: str, bodies: Sequence[dict[str, Any]],
 
 def _answers(results: Sequence[Any]) -> list[Any]:
     """What must not depend on batching: transcripts and chat texts (not ids or times)."""
-    return [None if r is None else r.get("transcript") or
-            [c["message"]["content"] for c in r["choices"]] for r in results]
+    return [None if r is None else r["transcript"] if "transcript" in r
+            else [c["message"]["content"] for c in r["choices"]] for r in results]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,11 +24,24 @@ logger = logging.getLogger("pettingllms_rllib")
 
 
 
+def _import_from_here() -> None:
+    """Put the working folder on the import path, so the user's env modules (``imports:`` or
+    ``--import``) are found here as they are by ``python -c 'import my_envs'``."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _workers_runtime_env() -> dict:
+    """Ray's ``runtime_env`` that lets every worker import what this driver imports from the
+    working folder (the user's env modules)."""
+    python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    return {"env_vars": {"PYTHONPATH": python_path}}
+
+
 def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.experiment import ExperimentError, load_experiment
 
-    if os.getcwd() not in sys.path:  # so `imports:` finds the user's env modules here
-        sys.path.insert(0, os.getcwd())
+    _import_from_here()
     try:
         experiment = load_experiment(args.config, args.set or [])
     except ExperimentError as exc:
@@ -51,9 +64,7 @@ def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.progress import ProgressLine
     from pettingllms_rllib.trial_results import tidy_trial
 
-    # Workers must import the same user env modules (`imports:`) as this driver.
-    python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
-    runtime_env = {"env_vars": {"PYTHONPATH": python_path}} if experiment.imports else None
+    runtime_env = _workers_runtime_env() if experiment.imports else None
     if args.address:
         ray.init(address=args.address, runtime_env=runtime_env)
     else:
@@ -248,8 +259,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from pettingllms_rllib.serving.app import build_app
 
-    if os.getcwd() not in sys.path:  # so --import finds the user's env modules here
-        sys.path.insert(0, os.getcwd())
+    _import_from_here()
     try:
         app = build_app(args.checkpoint, num_replicas=args.num_replicas,
                         max_batch_size=args.max_batch_size,
@@ -263,9 +273,7 @@ def _serve(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
-    # Replicas must import the same env modules (--import) as this driver.
-    python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
-    runtime_env = {"env_vars": {"PYTHONPATH": python_path}}
+    runtime_env = _workers_runtime_env()  # replicas import the --import modules too
     if args.address:
         ray.init(address=args.address, runtime_env=runtime_env)
     else:

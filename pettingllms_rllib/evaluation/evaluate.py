@@ -212,14 +212,16 @@ def checkpoint_module_dirs(checkpoint: str | Path) -> list[Path]:
     return [single]
 
 
-def checkpoint_policies(checkpoint: str | Path) -> Policies:
-    """The trained modules of a checkpoint, with the mapping they were trained with."""
+def checkpoint_policies(checkpoint: str | Path, config: dict | None = None) -> Policies:
+    """The trained modules of a checkpoint, with the mapping they were trained with
+    (``config``: the checkpoint's config when the caller has read it already)."""
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 
     from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
 
     checkpoint = Path(checkpoint).resolve()  # RLlib reads relative paths as URIs
-    config = read_checkpoint_config(checkpoint)
+    if config is None:
+        config = read_checkpoint_config(checkpoint)
     env = make_text_env(config["env"], config["env_config"])
     mapping = {agent: config["policy_mapping_fn"](agent, None) for agent in env.possible_agents}
     modules = {}

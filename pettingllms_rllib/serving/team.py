@@ -83,7 +83,7 @@ class TeamService:
         generates (:data:`~pettingllms_rllib.serving.engines.SERVING_ENGINES`)."""
         checkpoint = ev.resolve_checkpoint(checkpoint)
         config = ev.read_checkpoint_config(checkpoint)
-        policies = ev.checkpoint_policies(checkpoint)
+        policies = ev.checkpoint_policies(checkpoint, config)
         causal_lm = ev.causal_lm_of(next(iter(policies.modules.values())))
         team = ServedTeam(
             base_model=str(config["llm_model"]), mapping=dict(policies.mapping),

@@ -105,7 +105,6 @@ def test_concurrent_requests_get_what_they_get_one_at_a_time(server):
     for measured in (episodes, chats):
         assert measured["sequential"]["failed"] == measured["concurrent"]["failed"] == 0
         assert measured["same_answers"]
-        assert measured["concurrent"]["p95_s"] >= measured["concurrent"]["p50_s"] > 0
 
 
 BAD_REQUESTS = [
