@@ -8,6 +8,10 @@ Tune, no held-out evaluation), same seed, run in its own fresh process one after
   learner (1 CPU) per role, updating concurrently; the runner inside the driver.
 * ``sync`` / ``async``: one remote env runner (1 CPU) and the learner inside the driver
   (1 CPU); ``async_rollout`` overlaps the runner's next sample with the update.
+* ``two_pools_remote_runner`` / ``two_pools_async``: the layout of
+  ``tune_configs/math_cpu_pools_async.yaml`` (one remote runner, one remote learner per role,
+  fractional CPUs), synchronous or with ``async_rollout``, where each pool updates on its own
+  schedule (``algorithms/pool_schedule.py``).
 
 Per iteration it records Tune's ``time_this_iter_s``, the learner part, and each pool's own
 update seconds. Run::
@@ -26,6 +30,12 @@ from worker import run_worker
 REPO = Path(__file__).resolve().parent.parent
 MAIN_JOB = REPO / "tune_configs" / "math_cpu.yaml"
 OFF = ["evaluation.evaluation_interval=null"]
+#: The shipped pools-and-async file's layout (tune_configs/math_cpu_pools_async.yaml).
+TWO_SMALL_POOLS = ['resource_pools.pools={"reasoner_pool": {"modules": ["reasoner"], '
+                   '"num_learners": 1, "num_cpus_per_learner": 0.5}, "tool_pool": '
+                   '{"modules": ["tool"], "num_learners": 1, "num_cpus_per_learner": 0.5}}']
+REMOTE_RUNNER = ["env_runners.num_env_runners=1", "env_runners.num_cpus_per_env_runner=0.5",
+                 "resources.num_cpus_for_main_process=0.5"]
 ARMS = {
     "one_pool": OFF + ['resource_pools.pools={"both": {"modules": ["reasoner", "tool"], '
                        '"num_learners": 1, "num_cpus_per_learner": 1}}'],
@@ -36,6 +46,8 @@ ARMS = {
                    "resources.num_cpus_for_main_process=1"],
     "async": OFF + ["env_runners.num_env_runners=1", "env_runners.num_cpus_per_env_runner=1",
                     "resources.num_cpus_for_main_process=1", "training.async_rollout=true"],
+    "two_pools_remote_runner": OFF + TWO_SMALL_POOLS + REMOTE_RUNNER,
+    "two_pools_async": OFF + TWO_SMALL_POOLS + REMOTE_RUNNER + ["training.async_rollout=true"],
 }
 
 WORKER = r"""
@@ -53,6 +65,7 @@ for _ in range(int(sys.argv[2])):
                  "learner_s": stats.get("time_s", {}).get("learner"),
                  "sample_wait_s": result["timers"].get("env_runner_sampling_timer"),
                  "pool_update_s": stats.get("pool_update_s"),
+                 "weights_version_min": result["env_runners"].get("weights_version_min"),
                  "staleness_max": stats.get("staleness_max"),
                  "success_rate": result["env_runners"]["success_rate"]})
 algo.stop()

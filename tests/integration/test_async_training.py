@@ -79,3 +79,39 @@ def test_max_staleness_zero_reproduces_the_synchronous_run():
             assert zero["learners"][agent]["policy_loss"] == plain["learners"][agent][
                 "policy_loss"]
             assert zero["at_grpo"]["staleness_max"][agent] == 0
+
+
+def test_with_pools_a_checkpoint_taken_while_the_pools_update_holds_their_finished_update(
+        tmp_path):
+    """Saving waits for the pools' background updates (a state is never read mid-update): the
+    checkpoint holds the weights those updates end with, restores, and trains on."""
+    import torch
+
+    from pettingllms_rllib.algorithms import ATGRPO
+
+    pools = {f"{agent}_pool": {"modules": [agent], "num_learners": 0}
+             for agent in AGENTS}
+    algo = tiny_config(async_rollout=True).resource_pools(pools=pools).build_algo()
+    try:
+        algo.train()  # started both pools' first update; collected next iteration
+        group = algo.learner_group
+        assert all(group.is_updating(name) for name in group.pools)
+        path = algo.save_to_path(str(tmp_path / "ckpt"))
+        assert all(group._in_flight[name].done() for name in group.pools)
+        after_update = {name: {mid: {k: v.clone() for k, v in learner.module[mid].get_state()
+                                     .items()} for mid in learner.module.keys()}
+                        for name, pool in group.pools.items() for learner in [pool._learner]}
+    finally:
+        algo.stop()
+    restored = ATGRPO.from_checkpoint(path)
+    try:
+        for name, modules in after_update.items():
+            learner = restored.learner_group.pools[name]._learner
+            for mid, weights in modules.items():
+                state = learner.module[mid].get_state()
+                assert all(torch.equal(state[k], v) for k, v in weights.items()), mid
+        result = restored.train()
+        assert all(r <= 1 for r in result["at_grpo"]["staleness_max"].values()
+                   if not math.isnan(r))
+    finally:
+        restored.stop()
