@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import random
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -258,6 +259,11 @@ class PlanPathEnv(MoveListEnv):
             1 column right of A"): the state a small model needs, made explicit (False).
         placeholder_example: show the answer format as ``Moves: <moves>`` instead of a concrete
             move list (a copied placeholder is a parse error) (False).
+        random_example: show a one-move example drawn per state (a fixed shuffle of U/D/L/R
+            keyed by the instance, the position and the moves so far, the first that does not
+            reach the goal) instead of the fixed list's first entry, so that copying the
+            example is worth a random move and no single string can become the policy's
+            attractor (False; not with ``placeholder_example``).
     """
 
     metadata = {"name": "plan_path_v0"}
@@ -272,14 +278,20 @@ class PlanPathEnv(MoveListEnv):
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
                  prompt_style: str = "full", single_agent: bool = False,
-                 show_offsets: bool = False, placeholder_example: bool = False):
+                 show_offsets: bool = False, placeholder_example: bool = False,
+                 random_example: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         for name, value in (("show_offsets", show_offsets),
-                            ("placeholder_example", placeholder_example)):
+                            ("placeholder_example", placeholder_example),
+                            ("random_example", random_example)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
+        if placeholder_example and random_example:
+            raise ValueError("placeholder_example and random_example exclude each other: "
+                             "choose one way to show the answer format")
         self.show_offsets = show_offsets
         self.placeholder_example = placeholder_example
+        self.random_example = random_example
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
@@ -352,7 +364,15 @@ class PlanPathEnv(MoveListEnv):
 
     # ------------------------------------------------------------------ stages
     def _example_candidates(self) -> list[tuple[str, str]]:
-        return move_examples()
+        if not self.random_example:
+            return move_examples()
+        # Keyed by a string: random.Random hashes it with SHA-512, so the order is the same in
+        # every process and for every clone of this state (tree sampling's branches).
+        state = (self.task.grid, self.task.start, self.task.goal, self.position,
+                 len(self.moves_taken))
+        letters = list(MOVES)
+        random.Random(repr(state)).shuffle(letters)
+        return move_examples(letters)
 
     def example_answer(self) -> tuple[str, str]:
         if self.placeholder_example:

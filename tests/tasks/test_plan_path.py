@@ -371,3 +371,40 @@ def test_a_placeholder_example_shows_the_format_and_cannot_be_played():
     _, _, _, _, infos = env.step({"tool": env.prompt_examples()["tool"]})
     _, _, _, _, infos = env.step({"planner": env.prompt_examples()["planner"]})
     assert infos["planner"]["parse_error"] and not infos["planner"]["success"]
+
+
+def _planner_example(env) -> str:
+    return env.prompt_examples()["planner"]
+
+
+def test_a_random_example_is_one_move_fixed_per_state_and_varies_across_states():
+    def example_at(seed, options=None):
+        env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST,
+                          prompt_style="compact", random_example=True)
+        observations, _ = env.reset(seed=seed, options=options)
+        return env, _planner_example(env), observations
+
+    env, example, observations = example_at(0, {"task": TASK})
+    assert example in {f"Moves: {letter}" for letter in "UDLR"}
+    assert example in observations["planner"]
+    assert f"print({example[len('Moves: '):]!r})" in observations["tool"]
+    assert _planner_example(env) == example == _planner_example(env.clone())
+    assert example_at(0, {"task": TASK})[1] == example
+    shown = {example_at(seed)[1] for seed in range(40)}
+    assert len(shown) == 4
+
+
+def test_a_random_example_never_reaches_the_goal():
+    for seed in range(200):
+        env = PlanPathEnv(grid_size=3, wall_prob=0.0, sandbox_limits=FAST,
+                          prompt_style="compact", random_example=True, max_moves_per_turn=1)
+        env.reset(seed=seed)
+        moves = _planner_example(env)[len("Moves: "):].split()
+        assert not env._simulate(moves).solved
+
+
+def test_random_and_placeholder_examples_exclude_each_other():
+    with pytest.raises(ValueError, match="random_example"):
+        PlanPathEnv(placeholder_example=True, random_example=True)
+    with pytest.raises(ValueError, match="random_example"):
+        PlanPathEnv(random_example=1)
