@@ -257,8 +257,9 @@ class PlanPathEnv(MoveListEnv):
             budget and feedback.
         show_offsets: also state where G lies from A in rows and columns ("G is 2 rows down and
             1 column right of A"): the state a small model needs, made explicit (False).
-        placeholder_example: show the answer format as ``Moves: <moves>`` instead of a concrete
-            move list (a copied placeholder is a parse error) (False).
+        placeholder_example: show the answer format as ``Moves: <moves>`` (``Moves: <U, D, L or
+            R>`` when ``max_moves_per_turn`` is 1) instead of a concrete move list (a copied
+            placeholder is a parse error) (False).
         random_example: show a one-move example drawn per state (a fixed shuffle of U/D/L/R
             keyed by the instance, the position and the moves so far, the first that does not
             reach the goal) instead of the fixed list's first entry, so that copying the
@@ -376,7 +377,8 @@ class PlanPathEnv(MoveListEnv):
 
     def example_answer(self) -> tuple[str, str]:
         if self.placeholder_example:
-            return "<moves>", "Moves: <moves>"
+            placeholder = "<U, D, L or R>" if self.max_moves_per_turn == 1 else "<moves>"
+            return placeholder, f"Moves: {placeholder}"
         return super().example_answer()
 
     def _solved(self) -> bool:

@@ -373,6 +373,18 @@ def test_a_placeholder_example_shows_the_format_and_cannot_be_played():
     assert infos["planner"]["parse_error"] and not infos["planner"]["success"]
 
 
+def test_with_one_move_per_turn_the_placeholder_names_the_letters_and_cannot_be_played():
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+                      placeholder_example=True, max_moves_per_turn=1)
+    observations, _ = env.reset(seed=0, options={"task": TASK})
+    assert "Moves: <U, D, L or R>" in observations["planner"]
+    _, _, _, _, infos = env.step({"tool": env.prompt_examples()["tool"]})
+    assert "not a move list" in infos["tool"]["feedback"]
+    assert infos["tool"]["reward_local"] == env.invalid_action_penalty
+    _, _, _, _, infos = env.step({"planner": env.prompt_examples()["planner"]})
+    assert infos["planner"]["parse_error"] and not infos["planner"]["success"]
+
+
 def _planner_example(env) -> str:
     return env.prompt_examples()["planner"]
 
