@@ -84,11 +84,14 @@ def shortest_path(grid: Sequence[str], start: Position, goal: Position) -> list[
 
 
 def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
-                  *, max_attempts: int = 200) -> GridTask:
+                  *, max_attempts: int = 200, goal_off_axis: bool = False) -> GridTask:
     """Sample walls with probability ``wall_prob``, then distinct open start/goal cells joined by
     a path; resample until one exists. After ``max_attempts`` (only reachable with extreme wall
     densities) the last sample gets an L-shaped corridor carved from start to goal, so generation
-    always terminates and stays a deterministic function of the RNG."""
+    always terminates and stays a deterministic function of the RNG.
+
+    ``goal_off_axis`` also resamples pairs that share a row or a column, so every solution needs
+    a vertical and a horizontal move: an answer that repeats one letter never solves one."""
     if size < 2:
         raise ValueError(f"grid size must be >= 2, got {size}")
     for attempt in range(max_attempts):
@@ -100,6 +103,11 @@ def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
             first, second = rng.choice(len(open_cells), size=2, replace=False)
             start, goal = tuple(map(int, open_cells[first])), tuple(map(int, open_cells[second]))
         else:
+            start, goal = (0, 0), (size - 1, size - 1)
+        aligned = start[0] == goal[0] or start[1] == goal[1]
+        if goal_off_axis and aligned:
+            if attempt < max_attempts - 1:
+                continue
             start, goal = (0, 0), (size - 1, size - 1)
         grid = tuple("".join(WALL if w else OPEN for w in row) for row in walls)
         if start in bfs_distances(grid, goal):
@@ -114,14 +122,16 @@ def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
     return GridTask(tuple("".join(r) for r in rows), start, goal)
 
 
-def offset_text(position: Position, goal: Position) -> str:
-    """Where ``goal`` lies from ``position``: "G is 2 rows down and 1 column right of A"."""
+def offset_text(position: Position, goal: Position, *, letters: bool = False) -> str:
+    """Where ``goal`` lies from ``position``: "G is 2 rows down and 1 column right of A", or with
+    ``letters`` "G is 2 rows down (D) and 1 column right (R) of A"."""
     parts = []
     for delta, positive, negative, unit in ((goal[0] - position[0], "down", "up", "row"),
                                             (goal[1] - position[1], "right", "left", "column")):
         if delta:
-            parts.append(f"{abs(delta)} {unit}{'s' if abs(delta) > 1 else ''} "
-                         f"{positive if delta > 0 else negative}")
+            direction = positive if delta > 0 else negative
+            parts.append(f"{abs(delta)} {unit}{'s' if abs(delta) > 1 else ''} {direction}"
+                         + (f" ({direction[0].upper()})" if letters else ""))
     return "G is " + (" and ".join(parts) if parts else "where A is") + " of A."
 
 
@@ -257,6 +267,11 @@ class PlanPathEnv(MoveListEnv):
             budget and feedback.
         show_offsets: also state where G lies from A in rows and columns ("G is 2 rows down and
             1 column right of A"): the state a small model needs, made explicit (False).
+        offset_letters: name each offset's move letter too ("2 rows down (D)"); needs
+            ``show_offsets`` (False).
+        goal_off_axis: start and goal never share a row or a column, so every solution needs
+            a vertical and a horizontal move and no answer repeating one letter solves an
+            instance with one move per turn (False).
         placeholder_example: show the answer format as ``Moves: <moves>`` (``Moves: <U, D, L or
             R>`` when ``max_moves_per_turn`` is 1) instead of a concrete move list (a copied
             placeholder is a parse error) (False).
@@ -279,18 +294,25 @@ class PlanPathEnv(MoveListEnv):
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
                  prompt_style: str = "full", single_agent: bool = False,
-                 show_offsets: bool = False, placeholder_example: bool = False,
-                 random_example: bool = False):
+                 show_offsets: bool = False, offset_letters: bool = False,
+                 placeholder_example: bool = False, random_example: bool = False,
+                 goal_off_axis: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
-        for name, value in (("show_offsets", show_offsets),
+        for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
                             ("placeholder_example", placeholder_example),
-                            ("random_example", random_example)):
+                            ("random_example", random_example),
+                            ("goal_off_axis", goal_off_axis)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
         if placeholder_example and random_example:
             raise ValueError("placeholder_example and random_example exclude each other: "
                              "choose one way to show the answer format")
+        if offset_letters and not show_offsets:
+            raise ValueError("offset_letters names the letters of the offsets: it needs "
+                             "show_offsets=true")
         self.show_offsets = show_offsets
+        self.offset_letters = offset_letters
+        self.goal_off_axis = goal_off_axis
         self.placeholder_example = placeholder_example
         self.random_example = random_example
         self.wall_prob = check_float("wall_prob", wall_prob)
@@ -319,7 +341,8 @@ class PlanPathEnv(MoveListEnv):
         (or a dict with ``grid``, ``start``, ``goal``) for evaluation sets and hand-made tests."""
         given = options.get("task")
         if given is None:
-            self.task = generate_task(self.np_random, self.grid_size, self.wall_prob)
+            self.task = generate_task(self.np_random, self.grid_size, self.wall_prob,
+                                      goal_off_axis=self.goal_off_axis)
         else:
             self.task = _check_task(given)
         self.position = self.task.start
@@ -339,7 +362,8 @@ class PlanPathEnv(MoveListEnv):
             "Positions are (row, col), 0-based, row 0 at the top.",
             render_grid(task.grid, self.position, task.goal),
             f"Current position: {self.position}. Goal: {task.goal}."
-            + (f" {offset_text(self.position, task.goal)}" if self.show_offsets else ""),
+            + (f" {offset_text(self.position, task.goal, letters=self.offset_letters)}"
+               if self.show_offsets else ""),
             f"Turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}. "
             f"Moves taken so far ({len(self.moves_taken)}): {taken}.",
             "Move letters: U = up (row-1), D = down (row+1), L = left (col-1), "
@@ -359,7 +383,8 @@ class PlanPathEnv(MoveListEnv):
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
                  f"A is at {self.position}, G is at {task.goal}."
-                 + (f" {offset_text(self.position, task.goal)}" if self.show_offsets else "")
+                 + (f" {offset_text(self.position, task.goal, letters=self.offset_letters)}"
+               if self.show_offsets else "")
                  + " U=up, D=down, L=left, R=right."]
         return "\n".join(lines + self._compact_role_lines(agent))
 

@@ -420,3 +420,43 @@ def test_random_and_placeholder_examples_exclude_each_other():
         PlanPathEnv(placeholder_example=True, random_example=True)
     with pytest.raises(ValueError, match="random_example"):
         PlanPathEnv(random_example=1)
+
+
+def test_offset_letters_name_the_move_of_each_offset_and_need_the_offsets():
+    from pettingllms_envs.plan_path import offset_text
+
+    assert offset_text((0, 3), (2, 1), letters=True) == (
+        "G is 2 rows down (D) and 2 columns left (L) of A.")
+    assert offset_text((2, 2), (1, 2), letters=True) == "G is 1 row up (U) of A."
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+                      show_offsets=True, offset_letters=True)
+    observations, _ = env.reset(seed=0, options={"task": TASK})
+    assert "3 rows down (D) and 3 columns right (R)" in observations["planner"]
+    with pytest.raises(ValueError, match="offset_letters.*show_offsets"):
+        PlanPathEnv(offset_letters=True)
+
+
+def test_goal_off_axis_instances_need_two_directions_so_no_repeated_letter_solves_one():
+    for seed in range(200):
+        env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, max_turns=6,
+                          max_moves_per_turn=1, goal_off_axis=True)
+        env.reset(seed=seed)
+        start, goal = env.task.start, env.task.goal
+        assert start[0] != goal[0] and start[1] != goal[1], seed
+        for letter in "UDLR":
+            assert not env._simulate([letter] * 6).solved
+        played = env.clone()
+        for _ in range(6):
+            played.step({"tool": "no program"})
+            _, _, _, _, infos = played.step({"planner": "Moves: U"})
+            assert not infos["planner"]["success"]
+
+
+def test_goal_off_axis_leaves_the_default_instances_unchanged():
+    default, off_axis = PlanPathEnv(grid_size=4), PlanPathEnv(grid_size=4, goal_off_axis=False)
+    for seed in range(20):
+        default.reset(seed=seed)
+        off_axis.reset(seed=seed)
+        assert default.task == off_axis.task
+    with pytest.raises(ValueError, match="goal_off_axis"):
+        PlanPathEnv(goal_off_axis="yes")
