@@ -361,9 +361,7 @@ class PlanPathEnv(MoveListEnv):
             "Legend: '#' wall, '.' open, 'A' agent (current position), 'G' goal. "
             "Positions are (row, col), 0-based, row 0 at the top.",
             render_grid(task.grid, self.position, task.goal),
-            f"Current position: {self.position}. Goal: {task.goal}."
-            + (f" {offset_text(self.position, task.goal, letters=self.offset_letters)}"
-               if self.show_offsets else ""),
+            f"Current position: {self.position}. Goal: {task.goal}.{self._offset_sentence()}",
             f"Turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}. "
             f"Moves taken so far ({len(self.moves_taken)}): {taken}.",
             "Move letters: U = up (row-1), D = down (row+1), L = left (col-1), "
@@ -377,15 +375,19 @@ class PlanPathEnv(MoveListEnv):
             goal="from the current position to the goal")
         return "\n".join(lines)
 
+    def _offset_sentence(self) -> str:
+        """The offsets sentence (" G is ... of A.") when ``show_offsets`` is on, else ""."""
+        if not self.show_offsets:
+            return ""
+        return " " + offset_text(self.position, self.task.goal, letters=self.offset_letters)
+
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
         task = self.task
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
-                 f"A is at {self.position}, G is at {task.goal}."
-                 + (f" {offset_text(self.position, task.goal, letters=self.offset_letters)}"
-               if self.show_offsets else "")
-                 + " U=up, D=down, L=left, R=right."]
+                 f"A is at {self.position}, G is at {task.goal}.{self._offset_sentence()}"
+                 " U=up, D=down, L=left, R=right."]
         return "\n".join(lines + self._compact_role_lines(agent))
 
     # ------------------------------------------------------------------ stages

@@ -437,14 +437,19 @@ def test_offset_letters_name_the_move_of_each_offset_and_need_the_offsets():
 
 
 def test_goal_off_axis_instances_need_two_directions_so_no_repeated_letter_solves_one():
+    from pettingllms_envs.plan_path import simulate_moves
+
     for seed in range(200):
         env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, max_turns=6,
                           max_moves_per_turn=1, goal_off_axis=True)
         env.reset(seed=seed)
         start, goal = env.task.start, env.task.goal
         assert start[0] != goal[0] and start[1] != goal[1], seed
-        for letter in "UDLR":
-            assert not env._simulate([letter] * 6).solved
+        for letter in "UDLR":  # the whole episode's six moves at once, one letter repeated
+            assert not simulate_moves(env.task.grid, start, goal, [letter] * 6,
+                                      distances=env.distances, rewards=env.reward_config,
+                                      moves_before=0, optimal_length=env.optimal_length,
+                                      max_moves=6).solved
         played = env.clone()
         for _ in range(6):
             played.step({"tool": "no program"})
@@ -453,10 +458,12 @@ def test_goal_off_axis_instances_need_two_directions_so_no_repeated_letter_solve
 
 
 def test_goal_off_axis_leaves_the_default_instances_unchanged():
-    default, off_axis = PlanPathEnv(grid_size=4), PlanPathEnv(grid_size=4, goal_off_axis=False)
-    for seed in range(20):
-        default.reset(seed=seed)
-        off_axis.reset(seed=seed)
-        assert default.task == off_axis.task
+    # Drawn by the generator before goal_off_axis existed (commit 787ea36), seeds 0-2.
+    before = {0: (("..##", "....", "...#", ".#.#"), (3, 0), (0, 0)),
+              1: (("..#.", "....", ".#..", "...."), (0, 1), (3, 2)),
+              2: (("...#", "..##", "...#", "...."), (3, 2), (3, 3))}
+    for seed, instance in before.items():
+        task = generate_task(np.random.default_rng(seed), 4, 0.22)
+        assert (task.grid, task.start, task.goal) == instance
     with pytest.raises(ValueError, match="goal_off_axis"):
         PlanPathEnv(goal_off_axis="yes")
