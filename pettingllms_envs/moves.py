@@ -120,11 +120,21 @@ class MoveListEnv(ToolPlannerEnv):
     ``describe()``) and take its end state (:meth:`_take_outcome`); they keep ``moves_taken``.
     """
 
+    #: The answers' fixed starts when ``prefill_answers`` is on: the planner's label, and the
+    #: tool's code fence (with ``print('`` too in the compact prompt, which asks for a printed
+    #: move list).
+    PLANNER_PREFIX = "Moves:"
+    TOOL_PREFIX = "```python\n"
+    COMPACT_TOOL_PREFIX = "```python\nprint('"
+
     def __init__(self, *, alpha: float, max_turns: int, invalid_action_penalty: float,
                  max_moves_per_turn: int, sandbox_limits, prompt_style: str, code_runner,
-                 single_agent: bool, max_observation_chars: int):
+                 single_agent: bool, max_observation_chars: int, prefill_answers: bool = False):
         """Check the settings every move-list task shares (each env card documents them), then
         start the base env; a subclass checks its own settings first."""
+        if not isinstance(prefill_answers, bool):
+            raise ValueError(f"prefill_answers must be true or false, got {prefill_answers!r}")
+        self.prefill_answers = prefill_answers
         check_int("max_turns", max_turns, minimum=1)
         self.max_moves_per_turn = check_int("max_moves_per_turn", max_moves_per_turn, minimum=1)
         self.sandbox_limits = check_sandbox_limits(sandbox_limits)
@@ -150,6 +160,16 @@ class MoveListEnv(ToolPlannerEnv):
                 f"You are the planner. Decide the moves {goal} (at most "
                 f"{self.max_moves_per_turn}) and end with one line 'Moves: <moves>', "
                 f"e.g. '{example_line}'."]
+
+    def answer_prefix(self, agent: str) -> str:
+        """With ``prefill_answers``, the model continues ``Moves:`` (planner) or the code
+        fence (tool) and only chooses the moves: format and content are not learned together
+        (docs/design.md, "Answer prefixes")."""
+        if not self.prefill_answers:
+            return ""
+        if agent == "planner":
+            return self.PLANNER_PREFIX
+        return self.COMPACT_TOOL_PREFIX if self.prompt_style == "compact" else self.TOOL_PREFIX
 
     def _compact_role_lines(self, agent: str) -> list[str]:
         """The role part of the compact prompt (``prompt_style="compact"``)."""

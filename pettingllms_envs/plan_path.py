@@ -280,6 +280,10 @@ class PlanPathEnv(MoveListEnv):
             reach the goal) instead of the fixed list's first entry, so that copying the
             example is worth a random move and no single string can become the policy's
             attractor (False; not with ``placeholder_example``).
+        prefill_answers: start each answer for the model, which only continues it: the
+            planner's with ``Moves:``, the tool's with its code fence (plus ``print('`` in
+            the compact prompt). The action the env receives is still the whole answer
+            (False).
     """
 
     metadata = {"name": "plan_path_v0"}
@@ -296,7 +300,7 @@ class PlanPathEnv(MoveListEnv):
                  prompt_style: str = "full", single_agent: bool = False,
                  show_offsets: bool = False, offset_letters: bool = False,
                  placeholder_example: bool = False, random_example: bool = False,
-                 goal_off_axis: bool = False):
+                 goal_off_axis: bool = False, prefill_answers: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
                             ("placeholder_example", placeholder_example),
@@ -328,7 +332,7 @@ class PlanPathEnv(MoveListEnv):
             max_moves_per_turn=4 * self.grid_size if max_moves_per_turn is None
             else max_moves_per_turn,
             sandbox_limits=sandbox_limits, prompt_style=prompt_style, code_runner=code_runner,
-            single_agent=single_agent,
+            single_agent=single_agent, prefill_answers=prefill_answers,
             max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
         self.task: GridTask | None = None
         self.position: Position = (0, 0)

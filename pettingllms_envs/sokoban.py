@@ -444,6 +444,10 @@ class SokobanEnv(MoveListEnv):
             executor, or a fake in tests).
         single_agent: the single-agent baseline: the planner alone, no tool role, same turn
             budget and feedback.
+        prefill_answers: start each answer for the model, which only continues it: the
+            planner's with ``Moves:``, the tool's with its code fence (plus ``print('`` in
+            the compact prompt). The action the env receives is still the whole answer
+            (False).
     """
 
     metadata = {"name": "sokoban_v0"}
@@ -458,7 +462,7 @@ class SokobanEnv(MoveListEnv):
                  box_on_goal_bonus: float = 1.0, box_off_goal_penalty: float = 1.0,
                  shaping_coef: float = 0.2, solve_bonus: float = 10.0,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
-                 single_agent: bool = False):
+                 single_agent: bool = False, prefill_answers: bool = False):
         self.room_size = check_int("room_size", room_size, minimum=MIN_ROOM_SIZE)
         self.num_boxes = check_int("num_boxes", num_boxes, minimum=1)
         most = (self.room_size - 2) ** 2 // 5
@@ -480,7 +484,7 @@ class SokobanEnv(MoveListEnv):
             max_moves_per_turn=8 * self.room_size if max_moves_per_turn is None
             else max_moves_per_turn,
             sandbox_limits=sandbox_limits, prompt_style=prompt_style, code_runner=code_runner,
-            single_agent=single_agent,
+            single_agent=single_agent, prefill_answers=prefill_answers,
             max_observation_chars=max(16_384, 4 * self.room_size ** 2 + 40 * self.num_boxes
                                       + 4_096))
         self.level: SokobanLevel | None = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Protocol, Sequence
 
+from pettingllms_rllib.envs.base import answer_prefix_of
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -59,7 +61,8 @@ class Completion:
 
 def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None) -> list[int]:
     """Token ids of one prompt as every engine shows it to the model: the chat template with the
-    generation prompt when the tokenizer has one, the plain text otherwise.
+    generation prompt when the tokenizer has one, the plain text otherwise, then the prompt's
+    answer prefix when it is a :class:`~pettingllms_rllib.envs.base.Prompt` with one.
 
     All engines encode through this one function, so the HF and vLLM engines (and the learner,
     which receives these ids) always agree on the prompt tokens.
@@ -76,7 +79,23 @@ def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None)
         ids = tokenizer(text, add_special_tokens=True)["input_ids"]
     if len(ids) == 0:
         raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs one")
+    prefix = answer_prefix_of(prompt)
+    if prefix:  # the start of the answer, after the generation prompt (envs.base.Prompt)
+        ids = list(ids) + list(tokenizer(prefix, add_special_tokens=False)["input_ids"])
     return list(ids)
+
+
+def with_answer_prefixes(prompts: Sequence[str],
+                         results: Sequence[Sequence[Completion]]) -> list[list[Completion]]:
+    """``results`` with each completion's text starting with its prompt's answer prefix: the
+    whole answer, as the env parses it (the prefix's tokens are in ``prompt_ids``, so the
+    learner trains only what the model wrote). Every engine's ``generate`` ends with this."""
+    out = []
+    for prompt, completions in zip(prompts, results, strict=True):
+        prefix = answer_prefix_of(prompt)
+        out.append([dataclasses.replace(c, text=prefix + c.text) for c in completions]
+                   if prefix else list(completions))
+    return out
 
 
 def encode_requests(tokenizer, prompts: Sequence[str], num_samples: int,

@@ -31,7 +31,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from pettingllms_rllib.engines.base import (Completion, SamplingConfig, encode_chat_prompt,
-                                             encode_requests)
+                                             encode_requests, with_answer_prefixes)
 from pettingllms_rllib.models.logprobs import position_ids_from_mask, unwrap_peft
 
 logger = logging.getLogger(__name__)
@@ -186,9 +186,9 @@ class HFEngine:
     def generate(self, model: Any, prompts: Sequence[str],
                  num_samples: int) -> list[list[Completion]]:
         """Sample ``num_samples`` completions for every prompt; see the module docstring."""
-        return self.generate_from_ids(
+        return with_answer_prefixes(prompts, self.generate_from_ids(
             model, encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt),
-            num_samples)
+            num_samples))
 
     def generate_from_ids(self, model: Any, prompt_ids: Sequence[Sequence[int]],
                           num_samples: int) -> list[list[Completion]]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pettingllms_rllib.engines.base import (Completion, SamplingConfig, encode_chat_prompt,
-                                             encode_requests)
+                                             encode_requests, with_answer_prefixes)
 from pettingllms_rllib.engines.weight_sync import AdapterTable, write_lora_adapter
 
 logger = logging.getLogger(__name__)
@@ -179,9 +179,9 @@ class VLLMEngine:
     def generate(self, model: str | None, prompts: Sequence[str],
                  num_samples: int) -> list[list[Completion]]:
         """Sample ``num_samples`` completions per prompt with adapter ``model`` (None = base)."""
-        return self.generate_from_ids(
+        return with_answer_prefixes(prompts, self.generate_from_ids(
             model, encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt),
-            num_samples)
+            num_samples))
 
     def generate_from_ids(self, model: str | None, prompt_ids: Sequence[Sequence[int]],
                           num_samples: int, sampling: SamplingConfig | None = None

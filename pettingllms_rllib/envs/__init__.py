@@ -1,8 +1,8 @@
 """The text-env protocol (see :mod:`pettingllms_rllib.envs.base`)."""
 
 from pettingllms_rllib.envs.base import (
-    SPLITS, TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed,
-    task_name)
+    SPLITS, TRAIN_SEED_LIMIT, ParseResult, Prompt, Role, StageOutcome, TextParallelEnv,
+    answer_prefix_of, split_of_seed, task_name)
 from pettingllms_rllib.envs.conformance import check_clone_contract, check_text_env
 from pettingllms_rllib.envs.registry import (
     get_env_creator,
@@ -14,8 +14,8 @@ from pettingllms_rllib.envs.wrappers import (
     AECTextEnv, NotATextEnvError, ParallelTextEnv, wrap_aec_env, wrap_parallel_env)
 
 __all__ = [
-    "ParseResult", "Role", "StageOutcome", "TextParallelEnv", "check_clone_contract",
-    "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
+    "ParseResult", "Prompt", "Role", "StageOutcome", "TextParallelEnv", "answer_prefix_of",
+    "check_clone_contract", "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
     "registered_env_ids", "SPLITS", "TRAIN_SEED_LIMIT", "split_of_seed", "task_name",
     "AECTextEnv", "NotATextEnvError", "ParallelTextEnv", "wrap_aec_env", "wrap_parallel_env",
 ]

@@ -55,6 +55,41 @@ def split_of_seed(seed: int | None) -> str:
     return "test" if seed is not None and int(seed) >= TRAIN_SEED_LIMIT else "train"
 
 
+class Prompt(str):
+    """An observation text that also carries the start of the answer (``answer_prefix``).
+
+    Why: a ~100M-parameter model learns an answer's fixed start ("Moves:", a code fence) and
+    its content together, and the first content it produces in the right format wins every
+    group before the content is compared (docs/design.md, "Answer prefixes"). With a prefix,
+    every engine puts the prefix's tokens after the chat template's generation prompt, the
+    model writes only the rest, and the completion's text is the prefix plus what it wrote:
+    the env parses the whole answer, the learner trains only the tokens the model chose.
+
+    A ``Prompt`` is a ``str`` (PettingZoo's ``Text`` space holds it, every caller that only
+    reads the text is unchanged); string operations return plain ``str`` without the prefix.
+    """
+
+    answer_prefix: str
+
+    def __new__(cls, text: str, answer_prefix: str = ""):
+        if not isinstance(answer_prefix, str):
+            raise TypeError(f"answer_prefix must be text, got {type(answer_prefix).__name__}")
+        prompt = super().__new__(cls, text)
+        prompt.answer_prefix = answer_prefix
+        return prompt
+
+    def __reduce__(self):
+        return Prompt, (str(self), self.answer_prefix)
+
+    def __repr__(self) -> str:
+        return f"Prompt({str.__repr__(self)}, answer_prefix={self.answer_prefix!r})"
+
+
+def answer_prefix_of(prompt: str) -> str:
+    """The answer prefix a prompt carries ("" for a plain ``str``)."""
+    return getattr(prompt, "answer_prefix", "")
+
+
 @dataclasses.dataclass(frozen=True)
 class ParseResult:
     """A role's reading of one raw LLM response.
@@ -250,9 +285,20 @@ class TextParallelEnv(ParallelEnv):
         """
         return {}
 
+    def answer_prefix(self, agent: str) -> str:
+        """The fixed start of ``agent``'s answer, written for the model, which continues it
+        ("" = none, the default). Observations carry it as :class:`Prompt`; the action the
+        env then receives is the whole answer, prefix included."""
+        return ""
+
     def current_observations(self) -> dict[str, str]:
-        """Every live agent's prompt in the current state (what ``reset``/``step`` return)."""
-        return {a: self._clip_observation(self._observe(a)) for a in self.agents}
+        """Every live agent's prompt in the current state (what ``reset``/``step`` return):
+        a :class:`Prompt` where the agent's answer has a prefix, else a plain ``str``."""
+        observations = {}
+        for agent in self.agents:
+            text, prefix = self._clip_observation(self._observe(agent)), self.answer_prefix(agent)
+            observations[agent] = Prompt(text, prefix) if prefix else text
+        return observations
 
     def _clip_observation(self, text: str) -> str:
         text = "".join(c if c in TEXT_CHARSET else "?" for c in text)

@@ -29,7 +29,8 @@ from typing import Any, Sequence
 import torch
 
 from pettingllms_rllib.core.tree_sampler import TreeSampler
-from pettingllms_rllib.engines.base import SamplingConfig, encode_chat_prompt, encode_requests
+from pettingllms_rllib.engines.base import (SamplingConfig, encode_chat_prompt, encode_requests,
+                                             with_answer_prefixes)
 from pettingllms_rllib.envs.base import task_name
 from pettingllms_rllib.envs.registry import make_text_env, registered_env_ids
 from pettingllms_rllib.evaluation import evaluate as ev
@@ -192,9 +193,9 @@ class TeamService:
             seed=request.sampling_seed, greedy=request.decoding == "greedy"))
 
         def generate(module_id, prompts, num_samples):
-            return generate_ids(module_id, encode_requests(
+            return with_answer_prefixes(prompts, generate_ids(module_id, encode_requests(
                 self.policies.tokenizer, prompts, num_samples, self.policies.system_prompt),
-                num_samples)
+                num_samples))
         return generate
 
     def _episode_result(self, prepared: PreparedEpisode, key: str, played) -> dict[str, Any]:

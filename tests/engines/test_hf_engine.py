@@ -9,6 +9,7 @@ import torch
 
 from pettingllms_rllib.engines.base import Completion, SamplingConfig
 from pettingllms_rllib.engines.hf_engine import HFEngine, sample_tokens
+from pettingllms_rllib.envs import Prompt
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm, load_tokenizer
 from teacher_forcing import teacher_forced
 
@@ -252,3 +253,20 @@ def test_the_kv_cache_is_allocated_once_and_written_in_place(tiny):
         with torch.no_grad():
             model(input_ids=torch.ones((1, 6), dtype=torch.long), use_cache=True,
                   **cache_arg, position_ids=torch.arange(7, 13).unsqueeze(0))
+
+
+def test_an_answer_prefix_is_prompt_tokens_and_starts_the_completion_text(tiny):
+    model, tokenizer = tiny
+    prompt = Prompt("Go from S to G.", answer_prefix="Moves:")
+    plain_ids = engine(tokenizer).encode_prompt("Go from S to G.")
+    prefix_ids = tokenizer("Moves:", add_special_tokens=False)["input_ids"]
+    assert engine(tokenizer).encode_prompt(prompt) == plain_ids + prefix_ids
+    [group, plain_group] = engine(tokenizer).generate(model, [prompt, "Go from S to G."], 3)
+    for completion in group:
+        # The prefix is context the model continues, never a token it is trained to choose.
+        assert completion.prompt_ids == tuple(plain_ids + prefix_ids)
+        assert completion.text == "Moves:" + tokenizer.decode(list(completion.response_ids),
+                                                              skip_special_tokens=True)
+        assert len(completion.logprobs) == len(completion.response_ids)
+    assert all(c.prompt_ids == tuple(plain_ids) and not c.text.startswith("Moves:")
+               for c in plain_group)

@@ -1,10 +1,16 @@
-"""The text-env protocol: PettingZoo conformance, workflow, reward mixing, registry."""
+"""The text-env protocol: PettingZoo conformance, workflow, reward mixing, answer prefixes,
+registry."""
+
+import copy
+import pickle
 
 import pytest
 from toy_env import ToyCounterEnv
 
 from pettingllms_rllib.envs import (
+    Prompt,
     Role,
+    answer_prefix_of,
     TextParallelEnv,
     check_clone_contract,
     check_text_env,
@@ -60,6 +66,30 @@ def test_a_parser_that_raises_is_contained():
 
     role = Role("broken", "", broken)
     assert role.safe_parse("x").error == "parser raised ZeroDivisionError"
+
+
+class _PrefilledCounter(ToyCounterEnv):
+    def answer_prefix(self, agent):
+        return "Add: " if agent == "adder" else ""
+
+
+def test_an_answer_prefix_rides_on_the_observation_and_survives_copies():
+    env = _PrefilledCounter(target=100, max_turns=2)
+    observations, _ = env.reset(seed=0)
+    adder, checker = observations["adder"], observations["checker"]
+    assert isinstance(adder, Prompt) and adder.answer_prefix == "Add: "
+    assert type(checker) is str and answer_prefix_of(checker) == ""
+    assert adder == ToyCounterEnv(target=100, max_turns=2).reset(seed=0)[0]["adder"]
+    for copied in (pickle.loads(pickle.dumps(adder)), copy.deepcopy(adder),
+                   env.clone().current_observations()["adder"]):
+        assert copied == adder and copied.answer_prefix == "Add: "
+    assert answer_prefix_of(adder.strip()) == ""  # string operations give plain text
+    check_text_env(lambda: _PrefilledCounter(target=100, max_turns=3))
+
+
+def test_an_answer_prefix_must_be_text():
+    with pytest.raises(TypeError, match="answer_prefix must be text"):
+        Prompt("Go.", answer_prefix=None)
 
 
 def test_max_turns_below_one_is_a_clear_error():

@@ -467,3 +467,26 @@ def test_goal_off_axis_leaves_the_default_instances_unchanged():
         assert (task.grid, task.start, task.goal) == instance
     with pytest.raises(ValueError, match="goal_off_axis"):
         PlanPathEnv(goal_off_axis="yes")
+
+
+@pytest.mark.parametrize("prompt_style, tool_prefix", [("compact", "```python\nprint('"),
+                                                       ("full", "```python\n")])
+def test_prefill_answers_starts_each_answer_and_the_env_reads_the_whole_answer(
+        prompt_style, tool_prefix):
+    from pettingllms_rllib.envs import Prompt
+
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+                      max_moves_per_turn=1, prefill_answers=True, code_runner=_echo_runner)
+    observations, _ = env.reset(seed=0, options={"task": TASK})
+    assert isinstance(observations["tool"], Prompt)
+    assert observations["tool"].answer_prefix == tool_prefix
+    assert observations["planner"].answer_prefix == "Moves:"
+    env.step({"tool": tool_prefix + "D')\n```"})
+    env.step({"planner": "Moves:" + " D"})  # the prefix plus what the model wrote
+    assert env.position == (1, 0)
+    plain, _ = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+                           max_moves_per_turn=1).reset(seed=0, options={"task": TASK})
+    assert all(type(text) is str for text in plain.values())
+    assert plain == observations  # the same prompt text, with or without the prefixes
+    with pytest.raises(ValueError, match="prefill_answers"):
+        PlanPathEnv(prefill_answers="yes")
