@@ -567,3 +567,12 @@ def test_env_step_never_raises_on_hostile_text(text):
             assert env.observation_space(agent).contains(observation)
         if not env.agents:
             break
+
+
+def test_prefill_answers_starts_the_planners_and_the_tools_answers():
+    env = SokobanEnv(sandbox_limits=FAST, code_runner=_echo_runner, prefill_answers=True)
+    observations, _ = env.reset(seed=0)
+    assert observations["planner"].answer_prefix == "Moves:"
+    assert observations["tool"].answer_prefix == "```python\n"
+    plain, _ = SokobanEnv(sandbox_limits=FAST, code_runner=_echo_runner).reset(seed=0)
+    assert plain == observations and all(type(text) is str for text in plain.values())
