@@ -81,7 +81,7 @@ def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None)
         raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs one")
     prefix = answer_prefix_of(prompt)
     if prefix:  # the start of the answer, after the generation prompt (envs.base.Prompt)
-        ids = list(ids) + list(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+        return list(ids) + list(tokenizer(prefix, add_special_tokens=False)["input_ids"])
     return list(ids)
 
 

@@ -78,9 +78,6 @@ class Prompt(str):
         prompt.answer_prefix = answer_prefix
         return prompt
 
-    def __reduce__(self):
-        return Prompt, (str(self), self.answer_prefix)
-
     def __repr__(self) -> str:
         return f"Prompt({str.__repr__(self)}, answer_prefix={self.answer_prefix!r})"
 

@@ -12,9 +12,10 @@ from pettingzoo.test import parallel_api_test
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.moves import parse_move_tokens, parse_planner_answer, parse_program_output
 from pettingllms_envs.plan_path import (
-    GridTask, PlanPathEnv, bfs_distances, generate_task, shortest_path)
+    GridTask, PlanPathEnv, bfs_distances, generate_task, shortest_path, simulate_moves)
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
-from pettingllms_rllib.envs import ParseResult, check_clone_contract, check_text_env, make_text_env
+from pettingllms_rllib.envs import (
+    ParseResult, Prompt, check_clone_contract, check_text_env, make_text_env)
 
 FAST = SandboxLimits(wall_time_s=2, cpu_time_s=2, memory_mb=256)
 # A hand-made 4x4 instance. Shortest path from (0, 0) to (3, 3): 6 moves, e.g. R R R D D D.
@@ -437,8 +438,6 @@ def test_offset_letters_name_the_move_of_each_offset_and_need_the_offsets():
 
 
 def test_goal_off_axis_instances_need_two_directions_so_no_repeated_letter_solves_one():
-    from pettingllms_envs.plan_path import simulate_moves
-
     for seed in range(200):
         env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, max_turns=6,
                           max_moves_per_turn=1, goal_off_axis=True)
@@ -473,8 +472,6 @@ def test_goal_off_axis_leaves_the_default_instances_unchanged():
                                                        ("full", "```python\n")])
 def test_prefill_answers_starts_each_answer_and_the_env_reads_the_whole_answer(
         prompt_style, tool_prefix):
-    from pettingllms_rllib.envs import Prompt
-
     env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
                       max_moves_per_turn=1, prefill_answers=True, code_runner=_echo_runner)
     observations, _ = env.reset(seed=0, options={"task": TASK})

@@ -84,19 +84,20 @@ def test_neither_side_sees_the_others_files(launcher):
     # The reader searches every writable mount it has. Read-only mounts (/usr, the
     # interpreter's trees) are left out: nothing written from inside can be in them, and
     # walking a virtual environment with torch and Ray in it took past 20 s on a loaded CI.
-    reader = ("import os, sys\nsys.stdin.readline()\nfound, read_only = [], set()\n"
+    # It finds its own file, so a search that reaches no writable folder fails the test.
+    reader = ("import os, sys\nsys.stdin.readline()\nopen('own.txt', 'w').write('x')\n"
+              "found, read_only = [], set()\n"
               "for line in open('/proc/self/mountinfo'):\n"
               "    fields = line.split()\n"
               "    if 'ro' in fields[5].split(','):\n        read_only.add(fields[4])\n"
-              "sys.stderr.write('searched ')\n"
               "for root, dirs, files in os.walk('/'):\n"
               "    if root in read_only or root.startswith(('/proc', '/sys')):\n"
               "        dirs[:] = []\n        continue\n"
-              "    found += [f for f in files if f == 'secret.txt']\n"
+              "    found += [f for f in files if f in ('secret.txt', 'own.txt')]\n"
               "sys.stderr.write(repr(found))\nprint('done', flush=True)")
     pair = run_python_pair(writer, reader, limits=SandboxLimits(wall_time_s=60, cpu_time_s=30))
     assert pair.judge.ok, pair.judge
-    assert pair.program.stderr == "searched []"
+    assert pair.program.stderr == "['own.txt']"
 
 
 _COUNT_OPEN_FDS = """
