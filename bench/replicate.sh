@@ -29,7 +29,7 @@ SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines
 case "$TASK" in  # the env of the task's baselines/ configs, for the untrained rows
   plan_path)
     ENV_ID=plan_path_v0 MAX_NEW_TOKENS=16
-    ENV_CONFIG='{"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "alpha": 1.0, "prompt_style": "compact"'
+    ENV_CONFIG='{"grid_size": 4, "wall_prob": 0.0, "max_turns": 6, "max_moves_per_turn": 1, "alpha": 1.0, "prompt_style": "compact", "show_offsets": true, "offset_letters": true, "placeholder_example": true, "goal_off_axis": true, "prefill_answers": true, "invalid_action_penalty": -0.15'
     ;;
   math)
     ENV_ID=math_v0 MAX_NEW_TOKENS=40

@@ -3,6 +3,7 @@
     pettingllms-rllib train tune_configs/plan_path_cpu.yaml [--set training.lr=3e-5 ...]
                             [--output runs] [--address ray://host:10001] [--resume]
     pettingllms-rllib eval (--checkpoint CKPT | --base-model NAME --env ID) [--swap-roles]
+                           [--role-alone ROLE --env-override JSON]
                            [--num-tasks 64] [--decoding greedy|sample] [--search] --out DIR
     pettingllms-rllib plot runs/plan_path_cpu
     pettingllms-rllib serve runs/plan_path_cpu [--port 8000] [--num-replicas 1]
@@ -226,8 +227,15 @@ def _eval(args: argparse.Namespace) -> int:
             if not donor:
                 raise ValueError(f"--module {replacement!r}: expected MODULE=CHECKPOINT")
             policies = ev.with_module_from(policies, module_id, ev.checkpoint_policies(donor))
+        if args.env_override:
+            override = json.loads(args.env_override)
+            if not isinstance(override, dict):
+                raise ValueError(f"--env-override wants a JSON object, got {args.env_override!r}")
+            env_config = {**(env_config or {}), **override}
         if args.swap_roles:
             policies = policies.swapped()
+        if args.role_alone:
+            policies = policies.alone(args.role_alone)
         settings = ev.EvalSettings(
             env=env_id, env_config=env_config, num_tasks=args.num_tasks,
             samples_per_task=args.samples_per_task, decoding=args.decoding,
@@ -350,6 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help="take this module from another checkpoint (repeatable)")
     evaluation.add_argument("--swap-roles", action="store_true",
                             help="each role acts with the other role's trained module")
+    evaluation.add_argument("--role-alone", metavar="ROLE",
+                            help="only ROLE acts, with its trained module, on a task whose only "
+                                 "agent is ROLE (with --env-override, e.g. "
+                                 "'{\"single_agent\": true}')")
+    evaluation.add_argument("--env-override", metavar="JSON",
+                            help="env kwargs merged over the checkpoint's (or --env-config's), "
+                                 "e.g. '{\"single_agent\": true}'")
     evaluation.add_argument("--num-tasks", type=int, default=64,
                             help="evaluation instances (seeds from 1e9 on; default 64)")
     evaluation.add_argument("--samples-per-task", type=int, default=1,

@@ -15,7 +15,7 @@ comparisons (arXiv 2510.11062, review discussion):
 
 Policies come from an AT-GRPO checkpoint (its modules and mapping) or from the untrained base
 model (the prompt-only baseline); the role swap loads each trained module into the other role's
-seat.
+seat, and ``Policies.alone`` keeps one role's module for a task played by that role alone.
 """
 
 from __future__ import annotations
@@ -124,6 +124,18 @@ class Policies:
         """The role swap: each of the two roles acts with the other role's module."""
         return dataclasses.replace(self, mapping=swap_mapping(self.mapping),
                                    source=f"{self.source} (roles swapped)")
+
+    def alone(self, role: str) -> "Policies":
+        """Only ``role`` acts, with its trained module: the "planner alone" arm, played on a
+        task whose only agent is ``role`` (e.g. plan_path's ``single_agent: true``). It asks
+        whether the other role's help is needed at test time once a team is trained."""
+        if role not in self.mapping:
+            raise KeyError(f"no role {role!r} in the policies from {self.source}; roles: "
+                           f"{sorted(self.mapping)}")
+        module_id = self.mapping[role]
+        return dataclasses.replace(self, modules={module_id: self.modules[module_id]},
+                                   mapping={role: module_id},
+                                   source=f"{self.source} ({role} alone)")
 
 
 def with_module_from(policies: Policies, module_id: str, donor: Policies) -> Policies:

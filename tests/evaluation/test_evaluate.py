@@ -101,6 +101,34 @@ def test_the_role_swap_seats_each_module_in_the_other_role():
         swap_mapping({"a": "x"})
 
 
+def test_one_role_alone_keeps_only_that_roles_module():
+    policies = Policies(modules={"a": object(), "b": object()},
+                        mapping={"writer": "a", "reviewer": "b"}, tokenizer=None,
+                        source="x", model="m")
+    alone = policies.alone("reviewer")
+    assert alone.mapping == {"reviewer": "b"}
+    assert alone.modules == {"b": policies.modules["b"]}
+    assert alone.source == "x (reviewer alone)"
+    with pytest.raises(KeyError, match=r"no role 'planner'.*\['reviewer', 'writer'\]"):
+        policies.alone("planner")
+
+
+def test_the_eval_command_plays_one_role_alone_on_the_one_agent_task(policies, tmp_path):
+    from pettingllms_rllib.cli import main
+
+    common = ["eval", "--base-model", "tiny-random", "--env", "toy_score_v0", "--num-tasks", "2",
+              "--max-new-tokens", "4", "--role-alone", "writer"]
+    out = tmp_path / "alone"
+    assert main(common + ["--env-config", '{"max_turns": 1}',
+                          "--env-override", '{"writer_only": true}', "--out", str(out)]) == 0
+    record = json.loads((out / "eval.json").read_text())
+    assert record["mapping"] == {"writer": "base"}
+    assert record["env_config"] == {"max_turns": 1, "writer_only": True}
+    # The two-agent task still has a reviewer, whom nobody plays: refused, not half-played.
+    assert main(common + ["--out", str(tmp_path / "both")]) == 2
+    assert main(common + ["--env-override", "[1]", "--out", str(tmp_path / "list")]) == 2
+
+
 def test_run_evaluation_writes_the_record_and_one_csv_row_per_episode(policies, tmp_path):
     record = run_evaluation(policies, settings(decoding="sample", samples_per_task=2),
                             tmp_path / "out", label="base", arm="prompt_only")

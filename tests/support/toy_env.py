@@ -65,7 +65,10 @@ class ToyScoreEnv(TextParallelEnv):
              "reviewer": Role("reviewer", "reviews", _any_text)}
     workflow = [("writer",), ("reviewer",)]
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, writer_only: bool = False, **kwargs):
+        if writer_only:  # the one-agent variant, for "one role alone" evaluations
+            self.possible_agents = ["writer"]
+            self.workflow = [("writer",)]
         super().__init__(**kwargs)
         self.topic = 0
 
