@@ -269,6 +269,10 @@ class PlanPathEnv(MoveListEnv):
             1 column right of A"): the state a small model needs, made explicit (False).
         offset_letters: name each offset's move letter too ("2 rows down (D)"); needs
             ``show_offsets`` (False).
+        offsets_for_tool_only: the offsets sentence goes into the tool's prompt only; the
+            planner sees the grid, the coordinates and what the tool's program printed, so
+            the tool's output carries the state the planner needs (needs ``show_offsets``;
+            False). With ``single_agent`` the planner alone sees no offsets.
         goal_off_axis: start and goal never share a row or a column, so every solution needs
             a vertical and a horizontal move and no answer repeating one letter solves an
             instance with one move per turn (False).
@@ -299,10 +303,11 @@ class PlanPathEnv(MoveListEnv):
                  code_runner: CodeRunner | None = None,
                  prompt_style: str = "full", single_agent: bool = False,
                  show_offsets: bool = False, offset_letters: bool = False,
-                 placeholder_example: bool = False, random_example: bool = False,
+                 offsets_for_tool_only: bool = False, placeholder_example: bool = False, random_example: bool = False,
                  goal_off_axis: bool = False, prefill_answers: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
+                            ("offsets_for_tool_only", offsets_for_tool_only),
                             ("placeholder_example", placeholder_example),
                             ("random_example", random_example),
                             ("goal_off_axis", goal_off_axis)):
@@ -314,7 +319,11 @@ class PlanPathEnv(MoveListEnv):
         if offset_letters and not show_offsets:
             raise ValueError("offset_letters names the letters of the offsets: it needs "
                              "show_offsets=true")
+        if offsets_for_tool_only and not show_offsets:
+            raise ValueError("offsets_for_tool_only says who sees the offsets: it needs "
+                             "show_offsets=true")
         self.show_offsets = show_offsets
+        self.offsets_for_tool_only = offsets_for_tool_only
         self.offset_letters = offset_letters
         self.goal_off_axis = goal_off_axis
         self.placeholder_example = placeholder_example
@@ -365,7 +374,8 @@ class PlanPathEnv(MoveListEnv):
             "Legend: '#' wall, '.' open, 'A' agent (current position), 'G' goal. "
             "Positions are (row, col), 0-based, row 0 at the top.",
             render_grid(task.grid, self.position, task.goal),
-            f"Current position: {self.position}. Goal: {task.goal}.{self._offset_sentence()}",
+            f"Current position: {self.position}. Goal: {task.goal}."
+            f"{self._offset_sentence(agent)}",
             f"Turn {min(self.turn + 1, self.max_turns)} of {self.max_turns}. "
             f"Moves taken so far ({len(self.moves_taken)}): {taken}.",
             "Move letters: U = up (row-1), D = down (row+1), L = left (col-1), "
@@ -379,9 +389,9 @@ class PlanPathEnv(MoveListEnv):
             goal="from the current position to the goal")
         return "\n".join(lines)
 
-    def _offset_sentence(self) -> str:
-        """The offsets sentence (" G is ... of A.") when ``show_offsets`` is on, else ""."""
-        if not self.show_offsets:
+    def _offset_sentence(self, agent: str) -> str:
+        """The offsets sentence (" G is ... of A.") when ``agent`` is shown it, else ""."""
+        if not self.show_offsets or (self.offsets_for_tool_only and agent != "tool"):
             return ""
         return " " + offset_text(self.position, self.task.goal, letters=self.offset_letters)
 
@@ -390,7 +400,7 @@ class PlanPathEnv(MoveListEnv):
         task = self.task
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
-                 f"A is at {self.position}, G is at {task.goal}.{self._offset_sentence()}"
+                 f"A is at {self.position}, G is at {task.goal}.{self._offset_sentence(agent)}"
                  " U=up, D=down, L=left, R=right."]
         return "\n".join(lines + self._compact_role_lines(agent))
 

@@ -437,6 +437,22 @@ def test_offset_letters_name_the_move_of_each_offset_and_need_the_offsets():
         PlanPathEnv(offset_letters=True)
 
 
+@pytest.mark.parametrize("prompt_style", ["compact", "full"])
+def test_offsets_for_the_tool_only_reach_the_planner_only_through_the_tool(prompt_style):
+    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+                      show_offsets=True, offset_letters=True, offsets_for_tool_only=True)
+    observations, _ = env.reset(seed=0, options={"task": TASK})
+    offsets = "3 rows down (D) and 3 columns right (R)"
+    assert offsets in observations["tool"] and offsets not in observations["planner"]
+    assert str(TASK.goal) in observations["planner"]  # the coordinates are still there
+    solo = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+                       show_offsets=True, offsets_for_tool_only=True, single_agent=True)
+    alone, _ = solo.reset(seed=0, options={"task": TASK})
+    assert "rows down" not in alone["planner"]
+    with pytest.raises(ValueError, match="offsets_for_tool_only.*show_offsets"):
+        PlanPathEnv(offsets_for_tool_only=True)
+
+
 def test_goal_off_axis_instances_need_two_directions_so_no_repeated_letter_solves_one():
     for seed in range(200):
         env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, max_turns=6,
