@@ -14,7 +14,8 @@
 # stop at the same generated-token budget), evaluate the LAST checkpoint (no checkpoint is picked
 # on the evaluation set) on the fixed evaluation seeds with greedy decoding; then the untrained
 # base model (prompt-only, as a team and as a single agent) and the role swap of every per-role
-# seed; then one Markdown report and one learning-curve figure.
+# seed, and its trained planner (math: reasoner) alone on the one-agent task; then one Markdown
+# report and one learning-curve figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,11 +29,11 @@ EXTRA_SET=${EXTRA_SET:-}
 SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines, report, plot)
 case "$TASK" in  # the env of the task's baselines/ configs, for the untrained rows
   plan_path)
-    ENV_ID=plan_path_v0 MAX_NEW_TOKENS=16
+    ENV_ID=plan_path_v0 MAX_NEW_TOKENS=16 ALONE_ROLE=planner
     ENV_CONFIG='{"grid_size": 4, "wall_prob": 0.0, "max_turns": 6, "max_moves_per_turn": 1, "alpha": 1.0, "prompt_style": "compact", "show_offsets": true, "offset_letters": true, "placeholder_example": true, "goal_off_axis": true, "prefill_answers": true, "invalid_action_penalty": -0.15'
     ;;
   math)
-    ENV_ID=math_v0 MAX_NEW_TOKENS=40
+    ENV_ID=math_v0 MAX_NEW_TOKENS=40 ALONE_ROLE=reasoner
     ENV_CONFIG='{"dataset": "generated", "difficulty": 1, "kinds": ["arithmetic"], "max_turns": 2, "alpha": 1.0, "prompt_style": "compact", "answer_format": "sentence"'
     ;;
   *) echo "TASK must be plan_path or math, got $TASK" >&2; exit 2 ;;
@@ -74,6 +75,10 @@ for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at
     if [ "$arm" = atgrpo_per_role ]; then
       "$CLI" eval --checkpoint "$ckpt" --swap-roles --num-tasks "$TASKS" --arm role_swap \
         --train-seed "$seed" --label "role_swap/seed=$seed" --out "$OUT/eval/role_swap/seed=$seed"
+      "$CLI" eval --checkpoint "$ckpt" --role-alone "$ALONE_ROLE" \
+        --env-override '{"single_agent": true}' --num-tasks "$TASKS" --arm "${ALONE_ROLE}_alone" \
+        --train-seed "$seed" --label "${ALONE_ROLE}_alone/seed=$seed" \
+        --out "$OUT/eval/${ALONE_ROLE}_alone/seed=$seed"
     fi
   done
 done

@@ -1,6 +1,6 @@
 """bench/replicate.sh's orchestration, with a stand-in CLI that records its calls: which arms
-train, which checkpoint each evaluation gets, the per-arm progress lines, and that a rerun
-skips finished trainings."""
+train, which checkpoint each evaluation gets (the role swap and the planner alone included),
+the per-arm progress lines, and that a rerun skips finished trainings."""
 
 import os
 import subprocess
@@ -40,9 +40,13 @@ def test_every_arm_trains_once_is_evaluated_on_its_newest_checkpoint_and_reports
     trains = [line for line in lines if line.startswith("train ")]
     assert len(trains) == 4
     evals = [line for line in lines if line.startswith("eval --checkpoint")]
-    assert len(evals) == 4 + 2  # every arm and seed, plus the role swap of each per-role seed
+    # every arm and seed, plus the role swap and the planner alone of each per-role seed
+    assert len(evals) == 4 + 2 + 2
     assert all("checkpoint_000001 " in line for line in evals)
     assert sum("--swap-roles" in line for line in evals) == 2
+    alone = [line for line in evals if "--role-alone planner" in line]
+    assert len(alone) == 2 and all('--env-override {"single_agent": true}' in line
+                                   for line in alone)
     assert sum(line.startswith("eval --base-model") for line in lines) == 2
     progress = [line for line in run.stderr.splitlines() if line.startswith("[replicate ")]
     assert [line.split("] ")[1].split(",")[0] for line in progress] == [
