@@ -5,6 +5,7 @@
 #   TASK=math bench/replicate.sh                      # everything, 3 seeds (hours on 2 cores)
 #   SEEDS="0" ARMS="atgrpo_per_role vanilla_grpo" TASKS=16 bench/replicate.sh
 #   EXTRA_SET='stop={training_iteration: 1}' ...      # extra --set overrides for every training
+#   ARMS="" bench/replicate.sh                         # only the untrained rows, report, plot
 #   SEEDS=1 SUMMARY=0 bench/replicate.sh & SEEDS=2 SUMMARY=0 bench/replicate.sh
 #                                                     # seeds in parallel (a training uses one
 #                                                     # core), then once without SUMMARY=0 (it
@@ -21,8 +22,10 @@ cd "$(dirname "$0")/.."
 
 TASK=${TASK:-plan_path}
 OUT=${OUT:-runs/replication_$TASK}
-SEEDS=${SEEDS:-"0 1 2"}
-ARMS=${ARMS:-"atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"}
+# Unset: the defaults; set but empty (ARMS=""): no trainings, only the untrained rows, the
+# report and the plot over what is already under $OUT.
+SEEDS=${SEEDS-"0 1 2"}
+ARMS=${ARMS-"atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"}
 TASKS=${TASKS:-64}
 CLI=${CLI:-.venv/bin/pettingllms-rllib}
 EXTRA_SET=${EXTRA_SET:-}

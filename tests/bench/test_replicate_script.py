@@ -65,3 +65,13 @@ def test_a_rerun_evaluates_again_without_training_again(tmp_path):
     assert sum(line.startswith("train ") for line in lines) == 1
     assert sum(line.startswith("eval ") for line in lines) == 2
     assert "vanilla_grpo seed=0 already trained; evaluating" in again.stderr
+
+
+def test_empty_arms_run_only_the_untrained_rows_the_report_and_the_plot(tmp_path):
+    calls = tmp_path / "calls.txt"
+    run = _replicate(tmp_path, calls, ARMS="")
+    assert run.returncode == 0, run.stderr
+    lines = calls.read_text().splitlines()
+    assert not any(line.startswith("train ") for line in lines)
+    assert [line.split()[0] for line in lines] == ["eval", "eval", "report", "plot"]
+    assert all(line.startswith("eval --base-model") for line in lines[:2])
