@@ -303,7 +303,8 @@ class PlanPathEnv(MoveListEnv):
                  code_runner: CodeRunner | None = None,
                  prompt_style: str = "full", single_agent: bool = False,
                  show_offsets: bool = False, offset_letters: bool = False,
-                 offsets_for_tool_only: bool = False, placeholder_example: bool = False, random_example: bool = False,
+                 offsets_for_tool_only: bool = False, placeholder_example: bool = False,
+                 random_example: bool = False,
                  goal_off_axis: bool = False, prefill_answers: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
