@@ -119,10 +119,27 @@ def _lost_runners(outputs: Sequence[dict[str, Any]], num_remote: int) -> list[in
     return sorted(set(range(1, num_remote + 1)) - {int(o["worker_index"]) for o in outputs})
 
 
-def _nan_like(values: dict[str, Any]) -> dict[str, Any]:
-    """The same nested keys with every number replaced by NaN."""
-    return {key: _nan_like(value) if isinstance(value, dict) else float("nan")
-            for key, value in values.items()}
+def evaluation_result(summary: dict[str, Any]) -> dict[str, Any]:
+    """The ``evaluation/`` result keys (metric_keys) <- ``evaluation.metrics.summarize``'s
+    summary of the held-out episodes."""
+    return {EVALUATION_SUCCESS_RATE: summary["success_rate"],
+            EVALUATION_SUCCESS_CI95_LOW: summary["success_ci95"][0],
+            EVALUATION_SUCCESS_CI95_HIGH: summary["success_ci95"][1],
+            EVALUATION_TURNS_MEAN: summary["turns_mean"],
+            NUM_EPISODES: summary["num_episodes"],
+            AGENT: {agent: {EVALUATION_AGENT_PARSE_ERROR_RATE: stats["parse_error_rate"],
+                            EVALUATION_AGENT_RETURN_MEAN: stats["return_mean"]}
+                    for agent, stats in summary["agents"].items()}}
+
+
+def nan_evaluation_result(agents: Sequence[str]) -> dict[str, Any]:
+    """An ``evaluation_result`` of NaNs for ``agents``: the columns an iteration without an
+    evaluation carries (Tune's progress.csv keeps only the first row's columns)."""
+    nan = float("nan")
+    return evaluation_result({"success_rate": nan, "success_ci95": (nan, nan),
+                              "turns_mean": nan, "num_episodes": nan,
+                              "agents": {agent: {"parse_error_rate": nan, "return_mean": nan}
+                                         for agent in agents}})
 
 
 def split_tasks(total: int, num_runners: int) -> list[int]:
@@ -208,15 +225,22 @@ class ATGRPO(Algorithm):
             if pooled is not None and self.overlaps_sampling else None
         #: With ``async_rollout``: whether the runners are sampling the next iteration.
         self._sample_in_flight = False
+        if config.start_from_checkpoint is not None:
+            logger.info("starting from the checkpoint %s", config.start_from_checkpoint)
+            self.restore_from_path(config.start_from_checkpoint)
         #: The held-out evaluation of the untrained team (before any update), when
-        #: ``evaluation_interval`` is set: the baseline of every later evaluation.
+        #: ``evaluation_interval`` is set: the baseline of every later evaluation. Not
+        #: measured when starting from a checkpoint (the checkpoint's own run measured it).
         self._untrained_evaluation: dict[str, Any] | None = None
-        if self.config.evaluation_interval:
+        if self.config.evaluation_interval and config.start_from_checkpoint is None:
             logger.info("held-out evaluation of the untrained team: %d tasks, greedy",
                         int(self.config.evaluation_duration))
             self._untrained_evaluation = self._held_out_evaluation()
             logger.info("held-out success of the untrained team: %.3f",
                         self._untrained_evaluation[EVALUATION_SUCCESS_RATE])
+        #: The evaluation columns of an iteration that does not evaluate (all NaN).
+        self._nan_evaluation = nan_evaluation_result(self._env_agents()) \
+            if self.config.evaluation_interval else {}
 
     @override(Algorithm)
     def training_step(self) -> None:
@@ -449,16 +473,7 @@ class ATGRPO(Algorithm):
                     [int(s) for s in shares[(runner.worker_index or 1) - 1]]),
                 local_env_runner=False)
             episodes = [episode for part in parts for episode in part]
-        summary = summarize(episodes, samples_per_task=1)
-        # Result keys (metric_keys) <- the keys of evaluation.metrics.summarize's summary.
-        return {EVALUATION_SUCCESS_RATE: summary["success_rate"],
-                EVALUATION_SUCCESS_CI95_LOW: summary["success_ci95"][0],
-                EVALUATION_SUCCESS_CI95_HIGH: summary["success_ci95"][1],
-                EVALUATION_TURNS_MEAN: summary["turns_mean"],
-                NUM_EPISODES: summary["num_episodes"],
-                AGENT: {agent: {EVALUATION_AGENT_PARSE_ERROR_RATE: stats["parse_error_rate"],
-                                EVALUATION_AGENT_RETURN_MEAN: stats["return_mean"]}
-                        for agent, stats in summary["agents"].items()}}
+        return evaluation_result(summarize(episodes, samples_per_task=1))
 
     def _untrained_columns(self) -> dict[str, Any]:
         base = self._untrained_evaluation or {}
@@ -469,15 +484,23 @@ class ATGRPO(Algorithm):
     def _compile_iteration_results(self, *, train_results, eval_results):
         """Every iteration carries the evaluation columns (NaN where this iteration did not
         evaluate): Tune's progress.csv keeps only the columns of the first row."""
-        if not eval_results and self._untrained_evaluation is not None:
-            eval_results = {EVALUATION_RESULTS: {**_nan_like(self._untrained_evaluation),
+        if not self.config.evaluation_interval:
+            return super()._compile_iteration_results(train_results=train_results,
+                                                      eval_results=eval_results)
+        if not eval_results:
+            eval_results = {EVALUATION_RESULTS: {**self._nan_evaluation,
                                                  **self._untrained_columns()}}
         results = super()._compile_iteration_results(train_results=train_results,
                                                      eval_results=eval_results)
-        if self._untrained_evaluation is not None:
-            results[HELD_OUT_SUCCESS] = (eval_results or {}).get(
-                EVALUATION_RESULTS, {}).get(EVALUATION_SUCCESS_RATE, float("nan"))
+        results[HELD_OUT_SUCCESS] = (eval_results or {}).get(
+            EVALUATION_RESULTS, {}).get(EVALUATION_SUCCESS_RATE, float("nan"))
         return results
+
+    def _env_agents(self) -> list[str]:
+        """The task's agents (the per-agent evaluation columns), from a fresh env."""
+        from pettingllms_rllib.envs.registry import make_text_env
+
+        return list(make_text_env(self.config.env, self.config.env_config).possible_agents)
 
     # ------------------------------------------------------------------ helpers
     def _sync_weights_through_disk(self, module_ids: list[str], version: int) -> None:

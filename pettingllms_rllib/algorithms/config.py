@@ -107,6 +107,7 @@ class ATGRPOConfig(AlgorithmConfig):
         self.max_staleness = None
         self.importance_sampling_cap = 2.0
         self.stage_credit = "none"
+        self.start_from_checkpoint = None
 
         # --- .resource_pools(): one learner group per pool of modules (documented there)
         self.resource_pool_specs = None
@@ -230,7 +231,8 @@ class ATGRPOConfig(AlgorithmConfig):
                  shared_prefix_training: bool = NotProvided,
                  async_rollout: bool = NotProvided, max_staleness: int | None = NotProvided,
                  importance_sampling_cap: float = NotProvided,
-                 stage_credit: str = NotProvided, **kwargs) -> "ATGRPOConfig":
+                 stage_credit: str = NotProvided,
+                 start_from_checkpoint: str | None = NotProvided, **kwargs) -> "ATGRPOConfig":
         """AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.
 
         Args:
@@ -289,6 +291,15 @@ class ATGRPOConfig(AlgorithmConfig):
                 of the turn's end, played on from the candidate's clone with one sampled
                 answer per later stage; costs one extra answer per candidate and later stage;
                 ``core/tree_sampler.py``). Tree rollouts only.
+            start_from_checkpoint: a checkpoint of an earlier AT-GRPO run (a trial's
+                ``checkpoint_N`` folder) to start from instead of the base model: its modules,
+                optimiser states, iteration count and lifetime counters (generated tokens, env
+                steps) are restored once the algorithm is built, so a finished run can go on
+                as a new experiment under a larger budget (Tune's ``--resume`` keeps the old
+                stop criterion). Its modules must be this config's. The held-out evaluation
+                of the untrained team is skipped (the first run measured it) and
+                ``evaluation/untrained_success_rate`` is NaN. None = the base model (the
+                default).
             **kwargs: RLlib's ``AlgorithmConfig.training`` arguments (``lr``, ``grad_clip``,
                 ``num_epochs``: passes over each module's rows per update, every row used
                 exactly this often; ``minibatch_size``: samples per learner step and module,
@@ -308,7 +319,7 @@ class ATGRPOConfig(AlgorithmConfig):
             kl_coef=kl_coef, mask_truncated_responses=mask_truncated_responses,
             shared_prefix_training=shared_prefix_training, async_rollout=async_rollout,
             max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap,
-            stage_credit=stage_credit)
+            stage_credit=stage_credit, start_from_checkpoint=start_from_checkpoint)
 
     def resource_pools(self, *, pools: dict[str, dict] | None = NotProvided) -> "ATGRPOConfig":
         """Train modules in separate learner groups: one resource pool per model
@@ -491,6 +502,7 @@ class ATGRPOConfig(AlgorithmConfig):
                                   f"which is not among the policies {sorted(policies)}")
         self._check_resource_pools(policies)
         self._check_staleness()
+        self._check_start_checkpoint()
         if self.evaluation_interval:
             if self.engine != "hf":
                 self._value_error("evaluation_interval (held-out evaluation during training) "
@@ -673,6 +685,18 @@ class ATGRPOConfig(AlgorithmConfig):
         """Whether updates reach vLLM runners as files in ``vllm_weight_sync_dir``."""
         return (self.engine == "vllm" and self.lora is None
                 and self.vllm_weight_sync_dir is not None)
+
+    def _check_start_checkpoint(self) -> None:
+        """``start_from_checkpoint`` must be an RLlib checkpoint folder (a typo in the path
+        would otherwise surface only after Ray started and the model loaded)."""
+        from pathlib import Path
+
+        if self.start_from_checkpoint is None:
+            return
+        path = Path(self.start_from_checkpoint)
+        if not (path / "rllib_checkpoint.json").is_file():
+            self._value_error(f"start_from_checkpoint={str(path)!r} is not an RLlib checkpoint "
+                              "folder (a trial's checkpoint_N with rllib_checkpoint.json)")
 
     def _check_model_available(self) -> None:
         """Fail early, without loading weights, when the configured model cannot be found."""

@@ -93,6 +93,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "max_staleness": Field(int, minimum=0, maximum=1, optional=True),
         "importance_sampling_cap": Field(float, above=0),
         "stage_credit": Field(str, choices=("none", "turn")),
+        "start_from_checkpoint": Field(str, optional=True),
     },
     "resource_pools": {"pools": Field(dict, optional=True)},
     "env_runners": {"num_env_runners": Field(int, minimum=0),

@@ -88,3 +88,46 @@ def test_turn_credit_reaches_the_runners_and_is_logged_for_the_earlier_stage_onl
     # writer -> reviewer: the writer's candidates are credited with the turn's end (the toy
     # env's team reward is always 0), the reviewer ends the turn and gets none
     assert credit["writer"] == 0.0 and math.isnan(credit["reviewer"])
+
+
+def learner_state(algo) -> dict:
+    learner = algo.learner_group._learner.module
+    return {mid: {k: v.clone() for k, v in learner[mid].get_state().items()} for mid in AGENTS}
+
+
+def test_a_run_started_from_a_checkpoint_continues_its_weights_iterations_and_token_count(
+        tmp_path):
+    first = config().build_algo()
+    try:
+        first.train()
+        tokens = first.train()["env_runners"]["num_generated_tokens_lifetime"]
+        saved = learner_state(first)
+        checkpoint = first.save_to_path(str(tmp_path / "checkpoint_000001"))
+    finally:
+        first.stop()
+    assert tokens > 0
+
+    algo = config().training(start_from_checkpoint=checkpoint).build_algo()
+    try:
+        started = learner_state(algo)
+        runner = algo.env_runner_group.local_env_runner.module
+        for module_id in AGENTS:  # the learner and the sampling runner hold the checkpoint
+            for key, value in saved[module_id].items():
+                assert torch.equal(started[module_id][key], value), (module_id, key)
+                assert torch.equal(runner[module_id].get_state()[key], value), (module_id, key)
+        assert algo.iteration == 2
+        result = algo.train()
+        assert algo.iteration == 3
+        assert result["env_runners"]["num_generated_tokens_lifetime"] > tokens
+        # no untrained-team evaluation in a continued run, but the evaluation columns are there
+        evaluated = result[EVALUATION_RESULTS]
+        assert math.isnan(evaluated["untrained_success_rate"])
+        assert math.isnan(evaluated["success_rate"]) and set(evaluated["agent"]) == set(AGENTS)
+        assert 0.0 <= algo.train()[EVALUATION_RESULTS]["success_rate"] <= 1.0  # iteration 4
+    finally:
+        algo.stop()
+
+
+def test_a_start_checkpoint_that_is_not_a_checkpoint_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(ValueError, match="start_from_checkpoint"):
+        config().training(start_from_checkpoint=str(tmp_path)).validate()
