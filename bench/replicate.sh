@@ -30,19 +30,15 @@ TASKS=${TASKS:-64}
 CLI=${CLI:-.venv/bin/pettingllms-rllib}
 EXTRA_SET=${EXTRA_SET:-}
 SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines, report, plot)
-case "$TASK" in  # the env of the task's baselines/ configs, for the untrained rows
-  plan_path)
-    ENV_ID=plan_path_v0 MAX_NEW_TOKENS=16 ALONE_ROLE=planner
-    ENV_CONFIG='{"grid_size": 4, "wall_prob": 0.0, "max_turns": 6, "max_moves_per_turn": 1, "alpha": 1.0, "prompt_style": "compact", "show_offsets": true, "offset_letters": true, "placeholder_example": true, "goal_off_axis": true, "prefill_answers": true, "invalid_action_penalty": -0.15'
-    ;;
-  math)
-    ENV_ID=math_v0 MAX_NEW_TOKENS=40 ALONE_ROLE=reasoner
-    ENV_CONFIG='{"dataset": "generated", "difficulty": 1, "kinds": ["arithmetic"], "max_turns": 2, "alpha": 1.0, "prompt_style": "compact", "answer_format": "sentence"'
-    ;;
+case "$TASK" in  # the role a per-role team's planner-alone eval plays
+  plan_path) ALONE_ROLE=planner ;;
+  math) ALONE_ROLE=reasoner ;;
   *) echo "TASK must be plan_path or math, got $TASK" >&2; exit 2 ;;
 esac
-SOLO_CONFIG="$ENV_CONFIG, \"single_agent\": true}"
-ENV_CONFIG="$ENV_CONFIG}"
+# The untrained rows play the task (env, env_config, max_new_tokens) of the trained arms'
+# own configs: the per-role team's for the team, the single-agent arm's for the single agent.
+TEAM_CONFIG="tune_configs/baselines/${TASK}_atgrpo_per_role_cpu.yaml"
+SOLO_CONFIG="tune_configs/baselines/${TASK}_single_agent_grpo_cpu.yaml"
 
 last_checkpoint() {  # the newest checkpoint of the only trial under $1
   find "$1" -maxdepth 3 -type d -name 'checkpoint_*' | sort | tail -1
@@ -88,12 +84,11 @@ done
 
 if [ "$SUMMARY" = 0 ]; then exit 0; fi
 progress "untrained baselines, report and plot"
-"$CLI" eval --base-model smollm2-135m-instruct --env "$ENV_ID" --env-config "$ENV_CONFIG" \
-  --max-new-tokens "$MAX_NEW_TOKENS" --num-tasks "$TASKS" --arm prompt_only --label prompt_only \
-  --out "$OUT/eval/prompt_only"
-"$CLI" eval --base-model smollm2-135m-instruct --env "$ENV_ID" --env-config "$SOLO_CONFIG" \
-  --max-new-tokens "$MAX_NEW_TOKENS" --num-tasks "$TASKS" --arm prompt_only_single_agent \
-  --label prompt_only_single_agent --out "$OUT/eval/prompt_only_single_agent"
+"$CLI" eval --base-model smollm2-135m-instruct --config "$TEAM_CONFIG" --num-tasks "$TASKS" \
+  --arm prompt_only --label prompt_only --out "$OUT/eval/prompt_only"
+"$CLI" eval --base-model smollm2-135m-instruct --config "$SOLO_CONFIG" --num-tasks "$TASKS" \
+  --arm prompt_only_single_agent --label prompt_only_single_agent \
+  --out "$OUT/eval/prompt_only_single_agent"
 
 "$CLI" report "$OUT/eval" --out "$OUT/report.md"
 "$CLI" plot "$OUT"/train/*/*/* --group-by name --out "$OUT/learning_curves.png"

@@ -205,6 +205,9 @@ def _eval(args: argparse.Namespace) -> int:
 
     try:
         env_config = json.loads(args.env_config) if args.env_config else None
+        if args.checkpoint and args.config:
+            raise ValueError("--config is for --base-model: a checkpoint carries its own "
+                             "training config")
         if args.checkpoint:
             args.checkpoint = str(ev.resolve_checkpoint(args.checkpoint))
             logger.info("evaluating %s", args.checkpoint)
@@ -215,13 +218,21 @@ def _eval(args: argparse.Namespace) -> int:
             budget = ev.training_budget_of(args.checkpoint)
             max_new_tokens = args.max_new_tokens or int(stored["max_new_tokens"])
         else:
-            if not (args.base_model and args.env):
-                raise ValueError("give --checkpoint, or --base-model with --env")
-            env_id, env_config = args.env, env_config or {}
+            if not (args.base_model and (args.env or args.config)):
+                raise ValueError("give --checkpoint, or --base-model with --env or --config")
+            env_id, env_config, max_new_tokens = args.env, env_config, args.max_new_tokens
+            if args.config:  # the task and answer length of a training config's runs
+                from pettingllms_rllib.experiment import load_experiment
+
+                trained = load_experiment(args.config).config
+                env_id = env_id or trained.env
+                env_config = trained.env_config if env_config is None else env_config
+                max_new_tokens = max_new_tokens or int(trained.max_new_tokens)
+            env_config = env_config or {}
             agents = make_text_env(env_id, env_config).possible_agents
             loading.check_model_available(args.base_model)  # one line, not hub retries
             policies = ev.base_policies(args.base_model, agents)
-            budget, max_new_tokens = None, args.max_new_tokens or 64
+            budget, max_new_tokens = None, max_new_tokens or 64
         for replacement in args.module or []:
             module_id, _, donor = replacement.partition("=")
             if not donor:
@@ -352,8 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--checkpoint", help="an AT-GRPO checkpoint_* folder")
     evaluation.add_argument("--base-model", help="evaluate this untrained model instead "
                                                  "(prompt-only baseline), e.g. smollm2-135m-instruct")
-    evaluation.add_argument("--env", help="text env id (default: the checkpoint's)")
-    evaluation.add_argument("--env-config", help="env kwargs as JSON (default: the checkpoint's)")
+    evaluation.add_argument("--env", help="text env id (default: the checkpoint's or "
+                                          "--config's)")
+    evaluation.add_argument("--env-config", help="env kwargs as JSON (default: the checkpoint's "
+                                                 "or --config's)")
+    evaluation.add_argument("--config", metavar="EXPERIMENT_YAML",
+                            help="with --base-model: the task (env, env_config) and "
+                                 "max_new_tokens of this training config, so the untrained "
+                                 "model is measured on what the trained runs saw")
     evaluation.add_argument("--module", action="append", metavar="MODULE=CHECKPOINT",
                             help="take this module from another checkpoint (repeatable)")
     evaluation.add_argument("--swap-roles", action="store_true",

@@ -47,7 +47,12 @@ def test_every_arm_trains_once_is_evaluated_on_its_newest_checkpoint_and_reports
     alone = [line for line in evals if "--role-alone planner" in line]
     assert len(alone) == 2 and all('--env-override {"single_agent": true}' in line
                                    for line in alone)
-    assert sum(line.startswith("eval --base-model") for line in lines) == 2
+    base = [line for line in lines if line.startswith("eval --base-model")]
+    # the untrained rows play the trained arms' own task configs (no env config copied here)
+    assert [line.split("--config ")[1].split()[0] for line in base] == [
+        "tune_configs/baselines/plan_path_atgrpo_per_role_cpu.yaml",
+        "tune_configs/baselines/plan_path_single_agent_grpo_cpu.yaml"]
+    assert all((REPO / line.split("--config ")[1].split()[0]).is_file() for line in base)
     progress = [line for line in run.stderr.splitlines() if line.startswith("[replicate ")]
     assert [line.split("] ")[1].split(",")[0] for line in progress] == [
         "arm 1/4", "arm 2/4", "arm 3/4", "arm 4/4", "arm 4/4"]

@@ -176,6 +176,33 @@ def test_the_eval_command_evaluates_the_base_model_and_fails_cleanly(policies, t
     assert main(["eval", "--env", "toy_score_v0", "--out", str(tmp_path / "x")]) == 2
 
 
+def test_the_untrained_model_is_evaluated_on_a_training_configs_task(policies, tmp_path):
+    from pettingllms_rllib.cli import main
+
+    config = tmp_path / "toy.yaml"
+    config.write_text("name: toy\nmapping: per_role\nalgorithm:\n"
+                      "  environment: {env: toy_score_v0, env_config: {max_turns: 1}}\n"
+                      "  llm: {model: tiny-random, max_new_tokens: 3,\n"
+                      "        tiny_model_config: {hidden_size: 32, intermediate_size: 64}}\n")
+    out = tmp_path / "base"
+    assert main(["eval", "--base-model", "tiny-random", "--config", str(config),
+                 "--num-tasks", "2", "--out", str(out)]) == 0
+    record = json.loads((out / "eval.json").read_text())
+    assert record["task"] == "toy_score_v0" and record["env_config"] == {"max_turns": 1}
+    assert record["max_new_tokens"] == 3
+    # --env-config and --max-new-tokens still win over the config's
+    assert main(["eval", "--base-model", "tiny-random", "--config", str(config),
+                 "--env-config", '{"max_turns": 2}', "--max-new-tokens", "2",
+                 "--num-tasks", "1", "--out", str(out)]) == 0
+    record = json.loads((out / "eval.json").read_text())
+    assert record["env_config"] == {"max_turns": 2} and record["max_new_tokens"] == 2
+    # a checkpoint carries its own config; a missing file is named
+    assert main(["eval", "--checkpoint", str(tmp_path), "--config", str(config),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert main(["eval", "--base-model", "tiny-random", "--config", str(tmp_path / "no.yaml"),
+                 "--out", str(tmp_path / "y")]) == 2
+
+
 def test_a_module_can_come_from_another_run_of_the_same_base_model():
     from pettingllms_rllib.evaluation.evaluate import with_module_from
 
