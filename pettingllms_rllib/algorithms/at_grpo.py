@@ -136,10 +136,10 @@ def nan_evaluation_result(agents: Sequence[str]) -> dict[str, Any]:
     """An ``evaluation_result`` of NaNs for ``agents``: the columns an iteration without an
     evaluation carries (Tune's progress.csv keeps only the first row's columns)."""
     nan = float("nan")
-    return evaluation_result({"success_rate": nan, "success_ci95": (nan, nan),
-                              "turns_mean": nan, "num_episodes": nan,
-                              "agents": {agent: {"parse_error_rate": nan, "return_mean": nan}
-                                         for agent in agents}})
+    return {EVALUATION_SUCCESS_RATE: nan, EVALUATION_SUCCESS_CI95_LOW: nan,
+            EVALUATION_SUCCESS_CI95_HIGH: nan, EVALUATION_TURNS_MEAN: nan, NUM_EPISODES: nan,
+            AGENT: {agent: {EVALUATION_AGENT_PARSE_ERROR_RATE: nan,
+                            EVALUATION_AGENT_RETURN_MEAN: nan} for agent in agents}}
 
 
 def split_tasks(total: int, num_runners: int) -> list[int]:
