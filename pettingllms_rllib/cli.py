@@ -195,6 +195,23 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _task_of(env_id, env_config, source_env, source_env_config):
+    """The env and env kwargs ``eval`` plays: ``--env`` and ``--env-config`` over the source's.
+
+    The source (a checkpoint or a training config) lends its env kwargs only to its own env:
+    with ``--env`` naming another task they would be another env's kwargs, so that env gets
+    ``--env-config`` or its defaults.
+    """
+    env_id = env_id or source_env
+    if env_config is None and env_id == source_env:
+        env_config = source_env_config
+    elif env_config is None:
+        logger.info("--env %s is not the source's env %s: its env config is not used",
+                    env_id, source_env)
+        env_config = {}
+    return env_id, env_config
+
+
 def _eval(args: argparse.Namespace) -> int:
     import json
 
@@ -212,8 +229,8 @@ def _eval(args: argparse.Namespace) -> int:
             args.checkpoint = str(ev.resolve_checkpoint(args.checkpoint))
             logger.info("evaluating %s", args.checkpoint)
             stored = ev.read_checkpoint_config(args.checkpoint)
-            env_id = args.env or stored["env"]
-            env_config = stored["env_config"] if env_config is None else env_config
+            env_id, env_config = _task_of(args.env, env_config, stored["env"],
+                                          stored["env_config"])
             policies = ev.checkpoint_policies(args.checkpoint)
             budget = ev.training_budget_of(args.checkpoint)
             max_new_tokens = args.max_new_tokens or int(stored["max_new_tokens"])
@@ -225,8 +242,8 @@ def _eval(args: argparse.Namespace) -> int:
                 from pettingllms_rllib.experiment import load_experiment
 
                 trained = load_experiment(args.config).config
-                env_id = env_id or trained.env
-                env_config = trained.env_config if env_config is None else env_config
+                env_id, env_config = _task_of(args.env, env_config, trained.env,
+                                              trained.env_config)
                 max_new_tokens = max_new_tokens or int(trained.max_new_tokens)
             env_config = env_config or {}
             agents = make_text_env(env_id, env_config).possible_agents

@@ -176,7 +176,7 @@ def test_the_eval_command_evaluates_the_base_model_and_fails_cleanly(policies, t
     assert main(["eval", "--env", "toy_score_v0", "--out", str(tmp_path / "x")]) == 2
 
 
-def test_the_untrained_model_is_evaluated_on_a_training_configs_task(policies, tmp_path):
+def test_the_untrained_model_is_evaluated_on_a_training_configs_task(policies, tmp_path, caplog):
     from pettingllms_rllib.cli import main
 
     config = tmp_path / "toy.yaml"
@@ -196,11 +196,19 @@ def test_the_untrained_model_is_evaluated_on_a_training_configs_task(policies, t
                  "--num-tasks", "1", "--out", str(out)]) == 0
     record = json.loads((out / "eval.json").read_text())
     assert record["env_config"] == {"max_turns": 2} and record["max_new_tokens"] == 2
-    # a checkpoint carries its own config; a missing file is named
+    # --env naming another task: the config's env kwargs belong to its own env, not this one
+    register_text_env("toy_score_other_v0", ToyScoreEnv)
+    assert main(["eval", "--base-model", "tiny-random", "--config", str(config),
+                 "--env", "toy_score_other_v0", "--num-tasks", "1", "--out", str(out)]) == 0
+    record = json.loads((out / "eval.json").read_text())
+    assert record["task"] == "toy_score_other_v0" and record["env_config"] == {}
+    # a checkpoint carries its own config; a missing config file is named
     assert main(["eval", "--checkpoint", str(tmp_path), "--config", str(config),
                  "--out", str(tmp_path / "x")]) == 2
+    assert "checkpoint carries its own training config" in caplog.text
     assert main(["eval", "--base-model", "tiny-random", "--config", str(tmp_path / "no.yaml"),
                  "--out", str(tmp_path / "y")]) == 2
+    assert "no.yaml" in caplog.text
 
 
 def test_a_module_can_come_from_another_run_of_the_same_base_model():
