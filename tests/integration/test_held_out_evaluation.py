@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray")
 from ray.rllib.utils.metrics import EVALUATION_RESULTS  # noqa: E402
 from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
 
-from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
+from pettingllms_rllib.algorithms import ATGRPO, ATGRPOConfig  # noqa: E402
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 
@@ -130,8 +130,21 @@ def test_a_run_started_from_a_checkpoint_continues_its_weights_iterations_and_to
         assert set(evaluated) <= set(measured)
         assert evaluated["agent"].keys() == measured["agent"].keys()
         assert all(evaluated["agent"][a].keys() == measured["agent"][a].keys() for a in AGENTS)
+        trained = learner_state(algo)
+        own = algo.save_to_path(str(tmp_path / "checkpoint_000004"))
     finally:
         algo.stop()
+
+    # rebuilt from its own checkpoint (what Tune's --resume does), the continued run holds
+    # its own weights and iteration, not the start checkpoint's
+    resumed = ATGRPO.from_checkpoint(own)
+    try:
+        assert resumed.iteration == 4
+        restored = learner_state(resumed)
+        assert all(torch.equal(restored[m][k], v) for m in AGENTS for k, v in trained[m].items())
+        assert any(not torch.equal(trained[m][k], v) for m in AGENTS for k, v in saved[m].items())
+    finally:
+        resumed.stop()
 
 
 def test_a_start_checkpoint_that_is_not_a_checkpoint_is_refused_naming_the_key(tmp_path):
