@@ -7,6 +7,7 @@ held-out success is measured once before the first update.
 """
 
 import math
+import shutil
 
 import pytest
 import torch
@@ -145,6 +146,9 @@ def test_a_run_started_from_a_checkpoint_continues_its_weights_iterations_and_to
         assert any(not torch.equal(trained[m][k], v) for m in AGENTS for k, v in saved[m].items())
     finally:
         resumed.stop()
+    shutil.rmtree(checkpoint)  # the start checkpoint is gone: a clear error names the key
+    with pytest.raises(ValueError, match="start_from_checkpoint"):
+        ATGRPO.from_checkpoint(own)
 
 
 def test_a_start_checkpoint_that_is_not_a_checkpoint_is_refused_naming_the_key(tmp_path):
