@@ -5,6 +5,8 @@ its reference than with ``kl_coef = 0``. The reference is the base with the adap
 LoRA, and a frozen copy, on learners only, for full fine-tuning.
 """
 
+from typing import Any, NamedTuple
+
 import pytest
 import torch
 
@@ -35,7 +37,17 @@ def _config(mapping: str, *, lora: bool, kl_coef: float) -> ATGRPOConfig:
             .debugging(seed=0))
 
 
-def _train(config: ATGRPOConfig, probe=None):
+class TrainedArm(NamedTuple):
+    """What one arm of a test measured after ITERATIONS iterations."""
+
+    results: list  # each iteration's result dict
+    drift: dict  # module id -> summed parameter distance from the start
+    runner_has_reference: bool  # whether any env runner module holds a reference model
+    reference_states: dict  # module id -> the learner's reference model state (if any)
+    probed: Any  # what ``probe(learner)`` returned, or None
+
+
+def _train(config: ATGRPOConfig, probe=None) -> TrainedArm:
     """Train ITERATIONS iterations; ``probe(learner)`` (optional) measures the trained learner
     before the algorithm stops."""
     algo = config.build_algo()
@@ -53,23 +65,23 @@ def _train(config: ATGRPOConfig, probe=None):
         reference_states = {mid: {k: v.clone() for k, v in ref.state_dict().items()}
                             for mid, ref in references.items() if ref is not None}
         probed = probe(learner) if probe is not None else None
-        return results, drift, runner_has_reference, reference_states, probed
+        return TrainedArm(results, drift, runner_has_reference, reference_states, probed)
     finally:
         algo.stop()
 
 
 def test_with_lora_the_penalty_keeps_each_adapter_nearer_the_base():
-    free, free_drift, _, _, _ = _train(_config("per_role", lora=True, kl_coef=0.0))
-    held, held_drift, _, references, _ = _train(_config("per_role", lora=True, kl_coef=20.0))
-    assert references == {}  # LoRA: the base with the adapters off, no copy
+    free = _train(_config("per_role", lora=True, kl_coef=0.0))
+    held = _train(_config("per_role", lora=True, kl_coef=20.0))
+    assert held.reference_states == {}  # LoRA: the base with the adapters off, no copy
     for mid in AGENTS:
         # Both arms measure KL(policy || base) on their own samples each update.
-        free_kl = free[-1]["learners"][mid]["kl_to_start"]
-        held_kl = held[-1]["learners"][mid]["kl_to_start"]
+        free_kl = free.results[-1]["learners"][mid]["kl_to_start"]
+        held_kl = held.results[-1]["learners"][mid]["kl_to_start"]
         assert free_kl > 0 and held_kl < 0.5 * free_kl, (mid, free_kl, held_kl)
-        assert held[-1]["learners"][mid]["kl_to_reference"] >= 0
-        assert "kl_to_reference" not in free[-1]["learners"][mid]
-        assert held_drift[mid] < free_drift[mid]
+        assert held.results[-1]["learners"][mid]["kl_to_reference"] >= 0
+        assert "kl_to_reference" not in free.results[-1]["learners"][mid]
+        assert held.drift[mid] < free.drift[mid]
 
 
 def test_with_full_fine_tuning_a_frozen_copy_on_the_learner_is_the_reference():
@@ -89,15 +101,15 @@ def test_with_full_fine_tuning_a_frozen_copy_on_the_learner_is_the_reference():
             start = torch.log_softmax(start_lm(probe_tokens).logits.float(), -1)
         return float((trained.exp() * (trained - start)).sum(-1).mean())
 
-    free, _, _, free_refs, free_kl = _train(_config("shared", lora=False, kl_coef=0.0),
-                                            kl_to_start)
-    held, _, runner_has_reference, held_refs, held_kl = _train(
-        _config("shared", lora=False, kl_coef=20.0), kl_to_start)
-    assert free_refs == {}  # no second model unless the penalty needs it
-    assert set(held_refs) == {"shared"} and not runner_has_reference
+    free = _train(_config("shared", lora=False, kl_coef=0.0), kl_to_start)
+    held = _train(_config("shared", lora=False, kl_coef=20.0), kl_to_start)
+    assert free.reference_states == {}  # no second model unless the penalty needs it
+    assert set(held.reference_states) == {"shared"} and not held.runner_has_reference
     start = start_lm.state_dict()
-    assert all(torch.equal(value, start[key]) for key, value in held_refs["shared"].items())
+    assert all(torch.equal(value, start[key])
+               for key, value in held.reference_states["shared"].items())
+    free_kl, held_kl = free.probed, held.probed
     # Parameter distance is no measure here (Adam's steps are about lr in size whatever the
     # gradient); the distribution's distance from the start is what the penalty holds down.
     assert free_kl > 0 and held_kl < 0.5 * free_kl, (free_kl, held_kl)
-    assert held[-1]["learners"]["shared"]["kl_to_reference"] > 0
+    assert held.results[-1]["learners"]["shared"]["kl_to_reference"] > 0

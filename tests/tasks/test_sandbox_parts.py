@@ -74,7 +74,9 @@ def test_nan_survives_the_codec():
 
 
 @pytest.mark.parametrize("value", [object(), range(3), [iter([])], True.__class__.__mro__,
-                                   type("Int", (int,), {})(3)], ids=repr)
+                                   type("Int", (int,), {})(3)],
+                         ids=["object", "range", "list_of_iterator", "tuple_of_classes",
+                              "int_subclass"])
 def test_non_plain_values_are_refused(value):
     with pytest.raises(TypeError):
         code_values.encode(value)
