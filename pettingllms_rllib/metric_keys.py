@@ -111,7 +111,8 @@ POOL_UPDATE_SECONDS = "pool_update_s"
 
 # ------------------------------------------------------------------- learners/<module>/...
 #: ``learners/<module>/policy_loss``: the clipped token-level loss (with the KL penalty when
-#: ``kl_coef > 0``) of the module's last minibatch of the update.
+#: ``kl_coef > 0`` and the entropy bonus when ``entropy_coef > 0``) of the module's last
+#: minibatch of the update.
 POLICY_LOSS = "policy_loss"
 #: ``learners/<module>/clip_fraction``: share of response tokens whose ratio was clipped (last
 #: minibatch of the update, as every per-minibatch learner metric here: window 1).

@@ -217,6 +217,7 @@ BAD_VALUES = [
     ("stop={training_iteration: soon}", "stop.training_iteration: 'soon' is not accepted"),
     ("llm.lora={r: -16}", "llm.lora.r: -16 is not accepted; expected an integer >= 1"),
     ("training.kl_coef=-0.1", "training.kl_coef: -0.1 is not accepted; expected a finite number >= 0"),
+    ("training.entropy_coef=-0.01", "training.entropy_coef: -0.01 is not accepted; expected a finite number >= 0"),
     ("llm.model=smollm2-135m-instrukt", "did you mean 'smollm2-135m-instruct'"),
 ]
 
@@ -280,3 +281,14 @@ def test_only_full_fine_tuning_with_a_kl_penalty_loads_a_reference_copy():
     override = ATGRPOConfig().multi_agent(
         policies={"a", "b"}, algorithm_config_overrides_per_module={"a": {"kl_coef": 0.1}})
     assert override.uses_kl_penalty
+
+
+def test_only_an_entropy_bonus_keeps_the_entropy_gradient_in_the_modules():
+    from pettingllms_rllib.algorithms import ATGRPOConfig
+
+    assert ATGRPOConfig().rl_module_model_config()["entropy_gradient"] is False
+    assert ATGRPOConfig().training(entropy_coef=0.01).rl_module_model_config()[
+        "entropy_gradient"] is True
+    override = ATGRPOConfig().multi_agent(
+        policies={"a", "b"}, algorithm_config_overrides_per_module={"b": {"entropy_coef": 0.1}})
+    assert override.uses_entropy_bonus and override.rl_module_model_config()["entropy_gradient"]

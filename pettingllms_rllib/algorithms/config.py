@@ -101,6 +101,7 @@ class ATGRPOConfig(AlgorithmConfig):
         self.clip_eps_high = 0.28
         self.dual_clip = 3.0
         self.kl_coef = 0.0
+        self.entropy_coef = 0.0
         self.mask_truncated_responses = False
         self.shared_prefix_training = True
         self.async_rollout = False
@@ -227,7 +228,8 @@ class ATGRPOConfig(AlgorithmConfig):
                  drop_zero_variance_groups: bool = NotProvided,
                  advantage_eps: float = NotProvided, clip_eps_low: float = NotProvided,
                  clip_eps_high: float = NotProvided, dual_clip: float | None = NotProvided,
-                 kl_coef: float = NotProvided, mask_truncated_responses: bool = NotProvided,
+                 kl_coef: float = NotProvided, entropy_coef: float = NotProvided,
+                 mask_truncated_responses: bool = NotProvided,
                  shared_prefix_training: bool = NotProvided,
                  async_rollout: bool = NotProvided, max_staleness: int | None = NotProvided,
                  importance_sampling_cap: float = NotProvided,
@@ -262,6 +264,12 @@ class ATGRPOConfig(AlgorithmConfig):
                 the base with the adapters switched off (no copy); for full fine-tuning a
                 frozen copy per module, loaded on learners only when this is > 0. 0 = no
                 penalty (the default, as in the paper).
+            entropy_coef: weight of an entropy bonus: each response token's loss is lowered
+                by this times the policy's entropy at that position (at the sampling
+                temperature; PPO's entropy term, ``core/loss.py``), which holds off a collapse
+                onto one answer. 0 = no bonus (the default, as in the paper). With a bonus the
+                learner keeps the entropy's gradient through the LM head's chunks (one more
+                ``chunk x vocab`` backward per chunk).
             mask_truncated_responses: leave responses cut off at ``max_new_tokens`` out of the
                 loss (DAPO's overlong filtering, arXiv 2503.14476 Sec. 3.4): they still count
                 in their group's reward statistics, but a half-written answer is neither
@@ -316,7 +324,8 @@ class ATGRPOConfig(AlgorithmConfig):
             advantage_scale_scope=advantage_scale_scope,
             drop_zero_variance_groups=drop_zero_variance_groups, advantage_eps=advantage_eps,
             clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, dual_clip=dual_clip,
-            kl_coef=kl_coef, mask_truncated_responses=mask_truncated_responses,
+            kl_coef=kl_coef, entropy_coef=entropy_coef,
+            mask_truncated_responses=mask_truncated_responses,
             shared_prefix_training=shared_prefix_training, async_rollout=async_rollout,
             max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap,
             stage_credit=stage_credit, start_from_checkpoint=start_from_checkpoint)
@@ -400,7 +409,8 @@ class ATGRPOConfig(AlgorithmConfig):
         config = {"model": self.model_spec_dict, "temperature": self.temperature,
                   "logprob_chunk_size": self.logprob_chunk_size,
                   "gradient_checkpointing": bool(self.gradient_checkpointing),
-                  "autocast_dtype": self.autocast_dtype}
+                  "autocast_dtype": self.autocast_dtype,
+                  "entropy_gradient": self.uses_entropy_bonus}
         if self.lora is not None:
             config["lora"] = dict(self.lora)
         elif self.uses_kl_penalty:
@@ -413,6 +423,13 @@ class ATGRPOConfig(AlgorithmConfig):
         overrides = self.algorithm_config_overrides_per_module or {}
         return float(self.kl_coef) > 0 or any(
             float(o.get("kl_coef", 0.0)) > 0 for o in overrides.values())
+
+    @property
+    def uses_entropy_bonus(self) -> bool:
+        """Whether any module trains with ``entropy_coef > 0`` (also per-module overrides)."""
+        overrides = self.algorithm_config_overrides_per_module or {}
+        return float(self.entropy_coef) > 0 or any(
+            float(o.get("entropy_coef", 0.0)) > 0 for o in overrides.values())
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:

@@ -88,7 +88,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "minibatch_size": _INT_OPTIONAL, "grad_clip": Field(float, above=0, optional=True),
         "clip_eps_low": Field(float, minimum=0, maximum=1), "clip_eps_high": _NONNEGATIVE,
         "dual_clip": Field(float, above=1, optional=True), "advantage_eps": _NONNEGATIVE,
-        "kl_coef": _NONNEGATIVE,
+        "kl_coef": _NONNEGATIVE, "entropy_coef": _NONNEGATIVE,
         "frozen_modules": Field(list, optional=True),
         "max_staleness": Field(int, minimum=0, maximum=1, optional=True),
         "importance_sampling_cap": Field(float, above=0),

@@ -63,7 +63,7 @@ def _buckets(params: list[torch.nn.Parameter], max_elements: int):
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     mask = mask.to(values.dtype)
-    return float((values * mask).sum() / mask.sum().clamp(min=1.0))
+    return float((values.detach() * mask).sum() / mask.sum().clamp(min=1.0))
 
 
 def samples_per_row(module_batch) -> np.ndarray:
@@ -301,7 +301,8 @@ class ATGRPOTorchLearner(TorchLearner):
             clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high,
             dual_clip=config.dual_clip, ref_logp=reference, kl_coef=kl_coef,
             behaviour_logp=batch["behaviour_logp"] if "behaviour_logp" in batch else None,
-            importance_cap=float(config.importance_sampling_cap))
+            importance_cap=float(config.importance_sampling_cap),
+            entropy=fwd_out[TOKEN_ENTROPY], entropy_coef=float(config.entropy_coef))
         if reference is not None:
             self.metrics.log_value((module_id, KL_TO_REFERENCE), stats.kl_to_reference,
                                    window=1)

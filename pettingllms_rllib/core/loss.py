@@ -7,7 +7,7 @@ negative advantages (Ye et al. 2020, arXiv 1912.09729), averaged over all respon
     rho_t   = exp(logp_t - old_logp_t)
     l_t     = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
     l_t     = min(l_t, -c * A)            where A < 0   (dual clip, c = dual_clip)
-    loss    = sum_t mask_t * (l_t + beta * kl_t) / sum_t mask_t
+    loss    = sum_t mask_t * (l_t + beta * kl_t) / sum_t mask_t     (beta = kl_coef)
 
 Off-policy data (asynchronous training, where a response was sampled with weights older than
 the learner's): ``old_logp`` is then the learner's own log-prob before this update (the
@@ -19,6 +19,14 @@ as in the decoupled PPO objective of AReaL, arXiv 2505.24298):
     l_t     = w_t * l_t
 
 With ``behaviour_logp`` left out, or equal to ``old_logp``, every ``w_t`` is exactly 1.
+
+An optional entropy bonus (PPO's entropy term, Schulman et al. 2017, arXiv 1707.06347 Eq. 9;
+off in the paper) rewards spread in the current policy at the sampled positions:
+
+    l_t     = l_t - gamma * H_t            (gamma = entropy_coef, H_t the policy's entropy)
+
+It is added after the importance weighting, unweighted: it regularises the current policy
+where it stands, it is not an estimate under the behaviour policy.
 
 ``kl_t`` is the k3 estimator ``exp(ref - logp) - (ref - logp) - 1`` of KL(pi || pi_ref), only
 when reference log-probs are given. The advantage of a response is broadcast to all its tokens;
@@ -52,7 +60,8 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
                        clip_eps_high: float = 0.28, dual_clip: float | None = 3.0,
                        ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
                        behaviour_logp: torch.Tensor | None = None,
-                       importance_cap: float = 2.0) -> tuple[torch.Tensor, LossStats]:
+                       importance_cap: float = 2.0, entropy: torch.Tensor | None = None,
+                       entropy_coef: float = 0.0) -> tuple[torch.Tensor, LossStats]:
     """Return ``(loss, stats)``.
 
     Args:
@@ -68,11 +77,17 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
             not the one ``old_logp`` holds: tokens are weighted by the truncated importance
             ratio ``min(exp(old_logp - behaviour_logp), importance_cap)``.
         importance_cap: C, the truncation of that ratio (> 0).
+        entropy / entropy_coef: [B, L] the current policy's entropy at each position
+            (differentiable) and the bonus's weight (>= 0; 0 = no bonus, the default).
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     if not importance_cap > 0:
         raise ValueError(f"importance_cap must be > 0, got {importance_cap}")
+    if not entropy_coef >= 0:
+        raise ValueError(f"entropy_coef must be >= 0, got {entropy_coef}")
+    if entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the policy's entropy per position")
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)
     if adv.dim() == 1:
@@ -99,6 +114,8 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
             truncated = raw > importance_cap
             weight = torch.clamp(raw, max=importance_cap)
         per_token = weight * per_token
+    if entropy_coef > 0:
+        per_token = per_token - entropy_coef * entropy.to(logp.dtype)
     num_tokens = mask.sum()
     denom = num_tokens.clamp(min=1.0)
     loss = (per_token * mask).sum() / denom

@@ -61,22 +61,25 @@ def _softcap(config) -> float | None:
     return getattr(config, "final_logit_softcapping", None) or None
 
 
-def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | None):
-    """Log-probs of ``targets`` and (detached) the entropy of each position's distribution."""
+def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | None,
+                    entropy_grad: bool):
+    """Log-probs of ``targets`` and the entropy of each position's distribution (detached
+    unless ``entropy_grad``: only an entropy bonus in the loss needs its gradient)."""
     logits = head(states).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:  # skipping the no-op division saves one chunk x vocab tensor
         logits = logits / temperature
     log_norm = torch.logsumexp(logits, dim=-1)
-    with torch.no_grad():  # H = logsumexp - sum(p * logits): a diagnostic, no gradient
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        # H = logsumexp - sum(p * logits), at the sampling temperature
         entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
     # gather - logsumexp: the same value as log_softmax(...).gather without a second [N, V] tensor.
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm, entropy
 
 
 def _head_logprobs(model, head, states: torch.Tensor, targets: torch.Tensor,
-                   temperature: float, chunk_size: int
+                   temperature: float, chunk_size: int, entropy_grad: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of ``targets`` [N] given hidden ``states`` [N, H], through the LM head in
     checkpointed chunks (see the module docstring), and each position's entropy [N]."""
@@ -85,7 +88,7 @@ def _head_logprobs(model, head, states: torch.Tensor, targets: torch.Tensor,
     logps, entropies = [], []
     for start in range(0, states.shape[0], chunk_size):
         chunk = (head, states[start:start + chunk_size], targets[start:start + chunk_size],
-                 temperature, softcap)
+                 temperature, softcap, entropy_grad)
         if use_checkpoint:
             logp, entropy = checkpoint(_chunk_logprobs, *chunk, use_reentrant=False)
         else:
@@ -108,7 +111,8 @@ def _decoder_and_head(causal_lm):
 
 def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       response_mask: torch.Tensor, *, temperature: float = 1.0,
-                      chunk_size: int = 1024, entropy_out: dict | None = None) -> torch.Tensor:
+                      chunk_size: int = 1024, entropy_out: dict | None = None,
+                      entropy_grad: bool = False) -> torch.Tensor:
     """Log-prob of every response token given its prefix; 0 at non-response positions.
 
     Args:
@@ -120,8 +124,10 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
         temperature: divides the logits, as in sampling.
         chunk_size: how many response tokens go through the LM head at once; bounds the largest
             activation at ``chunk_size x vocab`` floats.
-        entropy_out: a dict that receives ``"entropy"``: ``[B, L]`` (detached) entropy of the
-            policy's distribution at each response position (a learner diagnostic).
+        entropy_out: a dict that receives ``"entropy"``: ``[B, L]`` entropy of the policy's
+            distribution (at ``temperature``) at each response position, 0 elsewhere.
+        entropy_grad: keep that entropy's gradient (an entropy bonus in the loss); by default
+            it is detached, a diagnostic only.
 
     Returns:
         ``[B, L]`` float32 log-probs, differentiable w.r.t. the model's trainable parameters.
@@ -136,7 +142,8 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
     states = hidden[:, :-1][predicts_response]
     targets = input_ids[:, 1:][predicts_response]
 
-    flat, entropy = _head_logprobs(model, head, states, targets, temperature, chunk_size)
+    flat, entropy = _head_logprobs(model, head, states, targets, temperature, chunk_size,
+                                   entropy_grad)
     if entropy_out is not None:
         entropy_out["entropy"] = torch.nn.functional.pad(torch.zeros(
             predicts_response.shape, device=hidden.device).masked_scatter(
@@ -177,7 +184,8 @@ def shared_prefix_attention_mask(segment_ids: torch.Tensor, *, boolean: bool,
 def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: torch.Tensor,
                              segment_ids: torch.Tensor, response_mask: torch.Tensor, *,
                              temperature: float = 1.0, chunk_size: int = 1024,
-                             entropy_out: dict | None = None) -> torch.Tensor:
+                             entropy_out: dict | None = None,
+                             entropy_grad: bool = False) -> torch.Tensor:
     """:func:`response_logprobs` for shared-prefix rows (``core.batching.pack_records``).
 
     The prompt of a row runs through the decoder once and its n responses on top of it, each
@@ -190,7 +198,8 @@ def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: t
     Args:
         causal_lm: a transformers causal LM (SDPA or eager attention), optionally peft-wrapped.
         input_ids / position_ids / segment_ids / response_mask: ``[G, L]`` packed rows.
-        temperature / chunk_size / entropy_out: as in :func:`response_logprobs`.
+        temperature / chunk_size / entropy_out / entropy_grad: as in
+            :func:`response_logprobs`.
 
     Returns:
         ``[G, L]`` float32 log-probs at response positions, 0 elsewhere.
@@ -224,7 +233,7 @@ def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: t
     if (predictor < 0).any():
         raise ValueError("a response in a packed row has no prompt to condition on")
     flat, entropy = _head_logprobs(model, head, hidden[rows, predictor], input_ids[rows, cols],
-                                   temperature, chunk_size)
+                                   temperature, chunk_size, entropy_grad)
     if entropy_out is not None:
         entropy_out["entropy"] = torch.zeros(response.shape, device=hidden.device).index_put(
             (rows, cols), entropy)

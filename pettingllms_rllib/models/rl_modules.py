@@ -11,7 +11,9 @@ the log-probs of the response tokens only (see :mod:`pettingllms_rllib.models.lo
 
 ``model_config`` keys (filled by ``ATGRPOConfig`` from its ``.llm()`` section):
 ``model`` (a :class:`~pettingllms_rllib.models.loading.ModelSpec` field dict), ``temperature``,
-``logprob_chunk_size``, ``gradient_checkpointing``, ``autocast_dtype`` and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
+``logprob_chunk_size``, ``gradient_checkpointing``, ``autocast_dtype``, ``entropy_gradient``
+(an entropy bonus trains on the entropy output), ``reference_copy`` (full fine-tuning with a KL
+penalty) and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
 from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
 TOKEN_LOGP = "token_logp"
-#: ``forward_train`` output: the policy's entropy at each response position (detached).
+#: ``forward_train`` output: the policy's entropy at each response position (differentiable
+#: when the module's config has ``entropy_gradient``, for an entropy bonus; else detached).
 TOKEN_ENTROPY = "token_entropy"
 
 
@@ -63,6 +66,7 @@ class CausalLMRLModule(TorchRLModule):
     def _read_logprob_settings(self, config: dict) -> None:
         self.temperature = float(config.get("temperature", 1.0))
         self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
+        self.entropy_gradient = bool(config.get("entropy_gradient", False))
         dtype_name = config.get("autocast_dtype")
         self.autocast_dtype = None if dtype_name is None else getattr(torch, dtype_name)
 
@@ -105,12 +109,14 @@ class CausalLMRLModule(TorchRLModule):
                 logp = packed_response_logprobs(
                     causal_lm, input_ids, batch["position_ids"], batch["segment_ids"],
                     batch["response_mask"], temperature=self.temperature,
-                    chunk_size=self.logprob_chunk_size, entropy_out=diagnostics)
+                    chunk_size=self.logprob_chunk_size, entropy_out=diagnostics,
+                    entropy_grad=self.entropy_gradient)
             else:
                 logp = response_logprobs(
                     causal_lm, input_ids, batch["attention_mask"].long(),
                     batch["response_mask"], temperature=self.temperature,
-                    chunk_size=self.logprob_chunk_size, entropy_out=diagnostics)
+                    chunk_size=self.logprob_chunk_size, entropy_out=diagnostics,
+                    entropy_grad=self.entropy_gradient)
         return {TOKEN_LOGP: logp.float(), TOKEN_ENTROPY: diagnostics["entropy"].float()}
 
     # RLlib's default get_state converts to numpy, which fails on bf16: keep torch tensors.

@@ -60,6 +60,42 @@ def test_kl_to_reference_uses_k3_estimator():
     assert loss.item() == pytest.approx(0.5 * kl, rel=1e-5)
 
 
+def test_entropy_bonus_lowers_each_token_loss_by_coef_times_entropy_over_the_mask():
+    logp = torch.log(torch.tensor([[0.5, 0.6, 0.9]]))
+    entropy = torch.tensor([[1.0, 2.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    plain, _ = clipped_token_loss(logp, logp, torch.tensor([1.0]), mask)
+    bonus, _ = clipped_token_loss(logp, logp, torch.tensor([1.0]), mask, entropy=entropy,
+                                  entropy_coef=0.1)
+    # the masked third token's entropy never counts
+    assert bonus.item() == pytest.approx(plain.item() - 0.1 * (1.0 + 2.0) / 2, rel=1e-6)
+    # off by default: the entropy alone changes nothing
+    same, _ = clipped_token_loss(logp, logp, torch.tensor([1.0]), mask, entropy=entropy)
+    assert same.item() == plain.item()
+
+
+def test_a_step_on_the_entropy_bonus_alone_spreads_the_policy():
+    logits = torch.tensor([[[4.0, 0.0, -1.0]]], requires_grad=True)  # [B=1, L=1, V=3]
+    log_probs = torch.log_softmax(logits, -1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    loss, _ = clipped_token_loss(log_probs[..., 0], log_probs[..., 0].detach(),
+                                 torch.tensor([0.0]), torch.ones(1, 1), entropy=entropy,
+                                 entropy_coef=1.0)
+    loss.backward()
+    with torch.no_grad():
+        stepped = torch.log_softmax(logits - 0.5 * logits.grad, -1)
+        after = -(stepped.exp() * stepped).sum(-1)
+    assert after.item() > entropy.item()
+
+
+def test_an_entropy_bonus_without_the_entropy_or_below_zero_is_refused():
+    args = (torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1))
+    with pytest.raises(ValueError, match="needs the policy's entropy"):
+        clipped_token_loss(*args, entropy_coef=0.1)
+    with pytest.raises(ValueError, match="entropy_coef must be >= 0"):
+        clipped_token_loss(*args, entropy=torch.zeros(1, 1), entropy_coef=-0.1)
+
+
 def test_empty_mask_gives_zero_loss_not_nan():
     loss, stats = clipped_token_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([1.0]),
                                      torch.zeros(1, 2))

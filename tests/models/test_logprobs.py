@@ -86,6 +86,46 @@ def test_gradients_match_full_logits_reference(temperature):
     assert any(g.abs().sum() > 0 for g in fast.values())
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_entropy_and_its_gradient_match_full_logits_when_a_bonus_asks_for_it(temperature):
+    from pettingllms_rllib.models.logprobs import position_ids_from_mask
+
+    model = load_causal_lm(TINY)
+    batch = make_batch(LENGTHS, "both", seed=3)
+    input_ids, attention_mask, response_mask = batch
+    weights = torch.randn(input_ids.shape, generator=torch.Generator().manual_seed(4))
+
+    def full_logits_entropy():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids_from_mask(attention_mask)).logits.float()
+        log_probs = torch.log_softmax(logits[:, :-1] / temperature, -1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1) * response_mask[:, 1:]
+        return torch.nn.functional.pad(entropy, (1, 0))
+
+    def entropy_and_grads(compute):
+        model.zero_grad()
+        entropy = compute()
+        (entropy * weights).sum().backward()
+        return entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    def chunked():
+        out = {}
+        response_logprobs(model, *batch, temperature=temperature, chunk_size=5,
+                          entropy_out=out, entropy_grad=True)
+        return out["entropy"]
+
+    fast, fast_grads = entropy_and_grads(chunked)
+    slow, slow_grads = entropy_and_grads(full_logits_entropy)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
+    for name in fast_grads:
+        torch.testing.assert_close(fast_grads[name], slow_grads[name], atol=1e-5, rtol=1e-4,
+                                   msg=name)
+    assert any(g.abs().sum() > 0 for g in fast_grads.values())
+    detached = {}
+    response_logprobs(model, *batch, temperature=temperature, entropy_out=detached)
+    assert not detached["entropy"].requires_grad  # the default: a diagnostic only
+
+
 def test_lora_adapter_is_applied_and_trained():
     peft = pytest.importorskip("peft")
     base = load_causal_lm(TINY)

@@ -22,6 +22,7 @@ from pettingllms_rllib.core.loss import clipped_token_loss
 from pettingllms_rllib.core.records import GroupKey, SampleRecord
 from pettingllms_rllib.models.logprobs import shared_prefix_attention_mask
 from pettingllms_rllib.models.rl_modules import (
+    TOKEN_ENTROPY,
     TOKEN_LOGP,
     CausalLMRLModule,
     LoRAAdapterRLModule,
@@ -55,30 +56,34 @@ def tensors(batch: dict) -> dict[str, torch.Tensor]:
     return {key: torch.as_tensor(value) for key, value in batch.items()}
 
 
-def loss_and_grads(module, batch, params):
+def loss_and_grads(module, batch, params, entropy_coef: float = 0.0):
     for param in params:
         param.grad = None
-    logp = module.forward_train(batch)[TOKEN_LOGP]
-    loss, stats = clipped_token_loss(logp, batch["old_logp"], batch["advantages"],
-                                     batch["response_mask"])
+    out = module.forward_train(batch)
+    loss, stats = clipped_token_loss(out[TOKEN_LOGP], batch["old_logp"], batch["advantages"],
+                                     batch["response_mask"], entropy=out[TOKEN_ENTROPY],
+                                     entropy_coef=entropy_coef)
     loss.backward()
     return loss.detach(), stats, [param.grad.clone() for param in params]
 
 
-def full_model(checkpointing: bool):
+def full_model(checkpointing: bool, entropy_gradient: bool = False):
     return RLModuleSpec(module_class=CausalLMRLModule, observation_space=SPACE,
                         action_space=SPACE, model_config={
-                            "model": TINY, "gradient_checkpointing": checkpointing}).build()
+                            "model": TINY, "gradient_checkpointing": checkpointing,
+                            "entropy_gradient": entropy_gradient}).build()
 
 
-def lora_module(checkpointing: bool):
+def lora_module(checkpointing: bool, entropy_gradient: bool = False):
+    # ATGRPOConfig gives the adapters and the multi-module the same model_config
+    config = {"model": TINY, "gradient_checkpointing": checkpointing,
+              "entropy_gradient": entropy_gradient,
+              # random B matrices, so every adapter weight gets a non-zero gradient
+              "lora": {"r": 2, "lora_alpha": 4, "init_lora_weights": False}}
     specs = {"m": RLModuleSpec(module_class=LoRAAdapterRLModule, observation_space=SPACE,
-                               action_space=SPACE)}
-    multi = MultiRLModuleSpec(
-        multi_rl_module_class=SharedBaseLoRAMultiRLModule, rl_module_specs=specs,
-        model_config={"model": TINY, "gradient_checkpointing": checkpointing,
-                      # random B matrices, so every adapter weight gets a non-zero gradient
-                      "lora": {"r": 2, "lora_alpha": 4, "init_lora_weights": False}}).build()
+                               action_space=SPACE, model_config=config)}
+    multi = MultiRLModuleSpec(multi_rl_module_class=SharedBaseLoRAMultiRLModule,
+                              rl_module_specs=specs, model_config=config).build()
     return multi["m"]
 
 
@@ -104,6 +109,25 @@ def test_packed_rows_give_the_per_row_loss_and_every_gradient(make_module, check
     assert stats_a.clip_fraction == pytest.approx(stats_b.clip_fraction)
     assert 0 < stats_a.clip_fraction < 1  # the clipped and the unclipped branch both ran
     assert all(grad.abs().sum() > 0 for grad in grads_a)
+    for grad_a, grad_b in zip(grads_a, grads_b):
+        torch.testing.assert_close(grad_b, grad_a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("make_module", [full_model, lora_module], ids=["full", "lora"])
+def test_with_an_entropy_bonus_packed_rows_give_the_per_row_loss_and_every_gradient(
+        make_module):
+    module = make_module(True, entropy_gradient=True)
+    module.causal_lm.train()
+    params = module.trainable_parameters()
+    records = make_records(seed=5)
+    per_row, packed = tensors(pad_records(records)), tensors(pack_records(records))
+    plain, _, plain_grads = loss_and_grads(module, per_row, params)
+    loss_a, _, grads_a = loss_and_grads(module, per_row, params, entropy_coef=0.5)
+    loss_b, _, grads_b = loss_and_grads(module, packed, params, entropy_coef=0.5)
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=0)
+    assert loss_a < plain  # the bonus lowers the loss by 0.5 x the mean entropy
+    # the bonus's gradient reaches every trainable parameter
+    assert all(not torch.allclose(a, p) for a, p in zip(grads_a, plain_grads))
     for grad_a, grad_b in zip(grads_a, grads_b):
         torch.testing.assert_close(grad_b, grad_a, atol=1e-5, rtol=1e-5)
 
