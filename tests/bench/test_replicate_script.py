@@ -80,3 +80,28 @@ def test_empty_arms_run_only_the_untrained_rows_the_report_and_the_plot(tmp_path
     assert not any(line.startswith("train ") for line in lines)
     assert [line.split()[0] for line in lines] == ["eval", "eval", "report", "plot"]
     assert all(line.startswith("eval --base-model") for line in lines[:2])
+
+
+def test_every_task_names_an_existing_config_for_every_arm_and_untrained_row(tmp_path):
+    """Each TASK trains its own baselines/<task>_<arm>_cpu.yaml; a config missing for one arm
+    would only fail hours into a real replication."""
+    arms = "atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"
+    for task in ("plan_path", "plan_path_split", "math"):
+        (tmp_path / task).mkdir()
+        calls = tmp_path / task / "calls.txt"
+        run = _replicate(tmp_path / task, calls, TASK=task, SEEDS="0", ARMS=arms)
+        assert run.returncode == 0, run.stderr
+        lines = calls.read_text().splitlines()
+        configs = [line.split()[1] for line in lines if line.startswith("train ")]
+        configs += [line.split("--config ")[1].split()[0] for line in lines
+                    if line.startswith("eval --base-model")]
+        assert len(configs) == 4 + 2
+        assert all(f"baselines/{task}_" in config for config in configs), configs
+        missing = [config for config in configs if not (REPO / config).is_file()]
+        assert not missing, (task, missing)
+
+
+def test_an_unknown_task_is_refused_with_the_known_ones(tmp_path):
+    run = _replicate(tmp_path, tmp_path / "calls.txt", TASK="sokoban")
+    assert run.returncode == 2
+    assert "plan_path, plan_path_split or math" in run.stderr
