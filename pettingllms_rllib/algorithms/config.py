@@ -266,10 +266,11 @@ class ATGRPOConfig(AlgorithmConfig):
                 penalty (the default, as in the paper).
             entropy_coef: weight of an entropy bonus: each response token's loss is lowered
                 by this times the policy's entropy at that position (at the sampling
-                temperature; PPO's entropy term, ``core/loss.py``), which holds off a collapse
-                onto one answer. 0 = no bonus (the default, as in the paper). With a bonus the
-                learner keeps the entropy's gradient through the LM head's chunks (one more
-                ``chunk x vocab`` backward per chunk).
+                temperature; PPO's entropy term, ``core/loss.py``), meant to hold off a
+                collapse onto one answer (not yet tried on a task). 0 = no bonus (the
+                default, as in the paper). With a bonus the learner keeps the entropy's
+                gradient through the LM head's chunks (one more ``chunk x vocab`` backward
+                per chunk).
             mask_truncated_responses: leave responses cut off at ``max_new_tokens`` out of the
                 loss (DAPO's overlong filtering, arXiv 2503.14476 Sec. 3.4): they still count
                 in their group's reward statistics, but a half-written answer is neither
@@ -417,19 +418,21 @@ class ATGRPOConfig(AlgorithmConfig):
             config["reference_copy"] = True
         return config
 
+    def _any_module_above_zero(self, key: str) -> bool:
+        """Whether this training setting is > 0 for any module (per-module overrides too)."""
+        overrides = self.algorithm_config_overrides_per_module or {}
+        return float(getattr(self, key)) > 0 or any(
+            float(o.get(key, 0.0)) > 0 for o in overrides.values())
+
     @property
     def uses_kl_penalty(self) -> bool:
-        """Whether any module trains with ``kl_coef > 0`` (also per-module overrides)."""
-        overrides = self.algorithm_config_overrides_per_module or {}
-        return float(self.kl_coef) > 0 or any(
-            float(o.get("kl_coef", 0.0)) > 0 for o in overrides.values())
+        """Whether any module trains with ``kl_coef > 0``."""
+        return self._any_module_above_zero("kl_coef")
 
     @property
     def uses_entropy_bonus(self) -> bool:
-        """Whether any module trains with ``entropy_coef > 0`` (also per-module overrides)."""
-        overrides = self.algorithm_config_overrides_per_module or {}
-        return float(self.entropy_coef) > 0 or any(
-            float(o.get("entropy_coef", 0.0)) > 0 for o in overrides.values())
+        """Whether any module trains with ``entropy_coef > 0``."""
+        return self._any_module_above_zero("entropy_coef")
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:

@@ -49,18 +49,6 @@ def _unshare_launcher(monkeypatch):
     monkeypatch.setenv(LAUNCHER_ENV_VAR, "unshare")
 
 
-@pytest.fixture
-def own_tempdir(monkeypatch):
-    """An empty folder made the process's temporary-file folder for one test. Not pytest's
-    ``tmp_path``: that lies under a 0700 folder of ours, which a run dropped to its own uid
-    cannot traverse (the probe, made where the drop works, would not have chosen it)."""
-    folder = Path(tempfile.mkdtemp(prefix="pettingllms-test-"))
-    folder.chmod(0o711)
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    yield folder
-    remove_tree(str(folder))
-
-
 def _marked_processes(marker: str) -> list[int]:
     """Host pids whose name (``/proc/<pid>/comm``) is ``marker``; zombies included."""
     found = []
