@@ -88,6 +88,8 @@ def _train(args: argparse.Namespace) -> int:
                 # Tune's own tables off (Ray 2.60 ignores a ProgressReporter, and its table
                 # shows no success rate); ProgressLine logs one line per iteration instead.
                 callbacks=[progress, BestCheckpoint(), CheckpointLedger()],
+                # The trial's working folder (the held-out transcripts) into the trial folder.
+                sync_config=tune.SyncConfig(sync_artifacts=True),
                 verbose=2 if args.verbose else 0,
                 checkpoint_config=_checkpoint_config(experiment)))
     results = tuner.fit()

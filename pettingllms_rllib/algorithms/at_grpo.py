@@ -103,6 +103,10 @@ from pettingllms_rllib.metric_keys import (
 
 logger = logging.getLogger(__name__)
 
+#: Folder under the algorithm's logdir (under Tune: the trial folder) that holds one JSONL
+#: transcript per held-out evaluation, ``iteration_<n>.jsonl`` after n updates.
+HELD_OUT_TRANSCRIPTS_DIR = "evaluation_transcripts"
+
 
 class EnvRunnerLostError(RuntimeError):
     """Env runners failed while sampling and could not be restarted (or restarts are off)."""
@@ -235,7 +239,7 @@ class ATGRPO(Algorithm):
         if self.config.evaluation_interval and config.start_from_checkpoint is None:
             logger.info("held-out evaluation of the untrained team: %d tasks, greedy",
                         int(self.config.evaluation_duration))
-            self._untrained_evaluation = self._held_out_evaluation()
+            self._untrained_evaluation = self._held_out_evaluation(after_iteration=0)
             logger.info("held-out success of the untrained team: %.3f",
                         self._untrained_evaluation[EVALUATION_SUCCESS_RATE])
         #: The evaluation columns of an iteration that does not evaluate (all NaN).
@@ -449,31 +453,54 @@ class ATGRPO(Algorithm):
     def evaluate(self, parallel_train_future=None) -> dict[str, Any]:
         """Held-out evaluation the RLlib way (``evaluation_interval``, ``evaluation_duration``):
         the same fixed evaluation instances every time, greedy, no branching; with the
-        untrained team's numbers beside them (``untrained_*``)."""
+        untrained team's numbers beside them (``untrained_*``). RLlib calls it inside ``step``,
+        after the iteration's update and before ``self.iteration`` counts it."""
         group = self.eval_env_runner_group or self.env_runner_group
         group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
-        return {**self._held_out_evaluation(), **self._untrained_columns()}
+        return {**self._held_out_evaluation(after_iteration=self.iteration + 1),
+                **self._untrained_columns()}
 
     def evaluation_seeds(self) -> list[int]:
         """The fixed held-out instances: the first ``evaluation_duration`` evaluation seeds,
         the same instances ``pettingllms-rllib eval`` starts with."""
         return [TRAIN_SEED_LIMIT + i for i in range(int(self.config.evaluation_duration))]
 
-    def _held_out_evaluation(self) -> dict[str, Any]:
+    def _held_out_evaluation(self, after_iteration: int) -> dict[str, Any]:
+        """Play the held-out instances with the weights after ``after_iteration`` updates
+        (0: the untrained team), write their transcript and return the evaluation metrics."""
         from pettingllms_rllib.evaluation.metrics import summarize
 
         group = self.eval_env_runner_group or self.env_runner_group
         seeds = self.evaluation_seeds()
         if group.num_remote_env_runners() == 0:
-            episodes = group.local_env_runner.evaluate(seeds)
+            parts = [group.local_env_runner.evaluate(seeds)]
         else:
             shares = np.array_split(np.asarray(seeds), group.num_remote_env_runners())
             parts = group.foreach_env_runner(
                 lambda runner: runner.evaluate(
                     [int(s) for s in shares[(runner.worker_index or 1) - 1]]),
                 local_env_runner=False)
-            episodes = [episode for part in parts for episode in part]
-        return evaluation_result(summarize(episodes, samples_per_task=1))
+        self._write_held_out_transcript(after_iteration,
+                                        [entry for part in parts for entry in part.transcript])
+        return evaluation_result(summarize([e for part in parts for e in part.episodes],
+                                           samples_per_task=1))
+
+    def _write_held_out_transcript(self, after_iteration: int,
+                                   entries: list[dict[str, Any]]) -> None:
+        """``<logdir>/evaluation_transcripts/iteration_<n>.jsonl``: every held-out response of
+        one evaluation (``eval``'s transcript format). Under Tune the logdir is the trial's
+        working directory, which the CLI syncs into the trial folder (``sync_artifacts``). A
+        failed write (a full disk) is logged and costs only the transcript."""
+        import json
+
+        folder = Path(self.logdir) / HELD_OUT_TRANSCRIPTS_DIR
+        path = folder / f"iteration_{after_iteration:06d}.jsonl"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(entry) + "\n" for entry in entries)
+        except OSError as exc:
+            logger.warning("could not write the held-out transcript %s (%s)", path, exc)
 
     def _untrained_columns(self) -> dict[str, Any]:
         base = self._untrained_evaluation or {}

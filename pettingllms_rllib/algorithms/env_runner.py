@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 
 from pettingllms_rllib.core.timing import TimedCall
 from pettingllms_rllib.core.trajectory_sampler import TrajectorySampler
-from pettingllms_rllib.core.tree_sampler import TreeSampler
+from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
 from pettingllms_rllib.engines.weight_sync import check_engine_version
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
@@ -45,6 +45,13 @@ from pettingllms_rllib.envs.registry import make_text_env
 
 logger = logging.getLogger(__name__)
 
+
+
+class HeldOutPlay(NamedTuple):
+    """What :meth:`LLMEnvRunner.evaluate` played: the episodes and their transcript."""
+
+    episodes: list[EpisodeSummary]
+    transcript: list[dict[str, Any]]
 
 
 class LLMEnvRunner(EnvRunner, Checkpointable):
@@ -137,9 +144,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def draw_task_seeds(self, num_tasks: int) -> list[int]:
         return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
 
-    def evaluate(self, task_seeds: list[int]) -> list:
+    def evaluate(self, task_seeds: list[int]) -> HeldOutPlay:
         """Play ``task_seeds`` once each with greedy decoding and no branching (K = 1): the
-        held-out evaluation during training. Returns the episode summaries."""
+        held-out evaluation during training. Returns the episode summaries and one transcript
+        entry per response, in ``pettingllms-rllib eval``'s ``transcripts.jsonl`` format, so a
+        held-out score that moves can be read, not only seen."""
+        from pettingllms_rllib.evaluation.evaluate import transcript_entry
+
         if self.env is None:
             raise RuntimeError("this env runner holds no env/model")
 
@@ -147,8 +158,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             return self.engine.generate(module_id, prompts, num_samples, greedy=True)
 
         with torch.no_grad():
-            return TreeSampler(generate, self.module_for_agent, num_branches=1).run(
-                self._roots(task_seeds)).episodes
+            result = TreeSampler(generate, self.module_for_agent, num_branches=1).run(
+                self._roots(task_seeds))
+        return HeldOutPlay(result.episodes,
+                           [transcript_entry(record, 0, self.env) for record in result.records])
 
     @override(EnvRunner)
     def sample(self, *, num_tasks: int | None = None, task_seeds: list[int] | None = None,

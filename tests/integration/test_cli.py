@@ -83,9 +83,11 @@ FIVE_EVALUATED = GRID.replace("name: grid", "name: keep").replace(
     "  evaluation: {evaluation_interval: 2, evaluation_duration: 1}\n")
 
 
-def test_the_latest_and_the_best_held_out_checkpoints_are_kept(tmp_path, caplog):
+def test_the_latest_and_the_best_held_out_checkpoints_and_every_held_out_transcript_are_kept(tmp_path, caplog):
     import logging
 
+    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_TRANSCRIPTS_DIR
+    from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
     from pettingllms_rllib.evaluation.evaluate import read_checkpoint_config, resolve_checkpoint
 
     config = tmp_path / "keep.yaml"
@@ -109,3 +111,17 @@ def test_the_latest_and_the_best_held_out_checkpoints_are_kept(tmp_path, caplog)
     assert resolve_checkpoint(trial).name == "checkpoint_000004"  # eval RUN_DIR: the newest
     assert (f"best held-out checkpoint {trial / 'best_checkpoint'} "
             f"(success {held_out[best]:.3f} at iteration {best}; picked on those") in caplog.text
+    # Each evaluation's transcript (the untrained team's too) is in the trial folder: every
+    # held-out instance, and the parse errors the metrics counted.
+    transcripts = trial / HELD_OUT_TRANSCRIPTS_DIR
+    assert sorted(p.name for p in transcripts.iterdir()) == [
+        "iteration_000000.jsonl", "iteration_000002.jsonl", "iteration_000004.jsonl"]
+    by_iteration = {row["training_iteration"]: row for row in rows}
+    for iteration in (2, 4):
+        entries = [json.loads(line) for line in
+                   (transcripts / f"iteration_{iteration:06d}.jsonl").read_text().splitlines()]
+        assert {e["task"] for e in entries} == {task_name("plan_path_v0", TRAIN_SEED_LIMIT)}
+        for agent in ("planner", "tool"):
+            errors = [e["parse_error"] is not None for e in entries if e["agent"] == agent]
+            logged = by_iteration[iteration]["evaluation"]["agent"][agent]["parse_error_rate"]
+            assert errors and sum(errors) / len(errors) == pytest.approx(logged)

@@ -75,6 +75,35 @@ def test_every_n_iterations_the_held_out_set_is_played_with_the_current_weights(
         algo.stop()
 
 
+def test_each_evaluation_writes_every_held_out_response_to_a_transcript_in_the_logdir():
+    """Split over two remote runners (2 + 1 instances): the transcript still holds every
+    held-out instance, one greedy response per agent and turn, and its parse errors are the
+    ones the evaluation metrics counted."""
+    import json
+    from pathlib import Path
+
+    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_TRANSCRIPTS_DIR
+    from pettingllms_rllib.envs.base import task_name
+
+    algo = config().env_runners(num_env_runners=2).build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        folder = Path(algo.logdir) / HELD_OUT_TRANSCRIPTS_DIR
+        assert sorted(p.name for p in folder.iterdir()) == ["iteration_000000.jsonl",
+                                                            "iteration_000002.jsonl"]
+        entries = [json.loads(line) for line in
+                   (folder / "iteration_000002.jsonl").read_text().splitlines()]
+        assert sorted(e["task"] for e in entries if e["agent"] == AGENTS[0]) == sorted(
+            task_name("toy_score_v0", seed) for seed in algo.evaluation_seeds())
+        assert all(e["branch"] == 0 and e["selected"] for e in entries)
+        logged = results[1][EVALUATION_RESULTS]["agent"]
+        for agent in AGENTS:
+            errors = [e["parse_error"] is not None for e in entries if e["agent"] == agent]
+            assert sum(errors) / len(errors) == pytest.approx(logged[agent]["parse_error_rate"])
+    finally:
+        algo.stop()
+
+
 def test_a_bad_evaluation_duration_is_refused_naming_the_key():
     with pytest.raises(ValueError, match="evaluation_duration"):
         config().evaluation(evaluation_duration="auto").validate()
