@@ -491,14 +491,13 @@ class ATGRPO(Algorithm):
         one evaluation (``eval``'s transcript format). Under Tune the logdir is the trial's
         working directory, which the CLI syncs into the trial folder (``sync_artifacts``). A
         failed write (a full disk) is logged and costs only the transcript."""
-        import json
+        from pettingllms_rllib.evaluation.evaluate import write_transcript
 
         folder = Path(self.logdir) / HELD_OUT_TRANSCRIPTS_DIR
         path = folder / f"iteration_{after_iteration:06d}.jsonl"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(entry) + "\n" for entry in entries)
+            write_transcript(path, entries)
         except OSError as exc:
             logger.warning("could not write the held-out transcript %s (%s)", path, exc)
 

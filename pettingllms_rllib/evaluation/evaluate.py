@@ -341,6 +341,15 @@ def transcript_entry(record: SampleRecord, sample: int, env: Any = None) -> dict
             "parse_error": record.parse_error}
 
 
+def write_transcript(path: str | Path, entries: list[dict[str, Any]]) -> None:
+    """Write :func:`transcript_entry` dicts as JSON lines: ``eval``'s ``transcripts.jsonl``
+    and each held-out evaluation's file during training."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(entry) + "\n" for entry in entries)
+
+
 def _parsed_action(env: Any, agent: str, response: str) -> Any:
     import json
 
@@ -404,8 +413,7 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    with open(out_dir / "transcripts.jsonl", "w") as handle:
-        handle.writelines(json.dumps(entry) + "\n" for entry in transcript)
+    write_transcript(out_dir / "transcripts.jsonl", transcript)
     return record
 
 

@@ -83,7 +83,8 @@ FIVE_EVALUATED = GRID.replace("name: grid", "name: keep").replace(
     "  evaluation: {evaluation_interval: 2, evaluation_duration: 1}\n")
 
 
-def test_the_latest_and_the_best_held_out_checkpoints_and_every_held_out_transcript_are_kept(tmp_path, caplog):
+def test_the_latest_and_best_checkpoints_and_every_held_out_transcript_are_kept(tmp_path,
+                                                                              caplog):
     import logging
 
     from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_TRANSCRIPTS_DIR

@@ -35,7 +35,6 @@ from pettingllms_envs.sandbox import (
     sandbox_capabilities,
 )
 from pettingllms_envs.sandbox import batch, filesystem, probe, runner
-from pettingllms_envs.sandbox.cleanup import remove_tree
 
 FAST = SandboxLimits(wall_time_s=3, cpu_time_s=3)
 REPO = Path(__file__).resolve().parents[2]
