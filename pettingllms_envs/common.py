@@ -284,7 +284,14 @@ class ToolPlannerEnv(TextParallelEnv):
     def _solved(self) -> bool:
         raise NotImplementedError
 
+    def _program_preamble(self) -> str:
+        """Trusted code the tool's program runs after (a helper it may call); "" = none."""
+        return ""
+
     def _run_tool(self, parsed: ParseResult) -> tuple[float, str]:
+        preamble = self._program_preamble()
+        if preamble and parsed.ok:
+            parsed = ParseResult(value=preamble + parsed.value)
         stage = score_tool_program(
             parsed, limits=self.sandbox_limits, runner=self.code_runner,
             task_name=self.metadata["name"], penalty=self.invalid_action_penalty,

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_float, check_int, move_examples, planner_role, tool_role)
+    CodeRunner, check_float, check_int, clip_text, move_examples, planner_role, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 
@@ -141,6 +141,20 @@ def render_grid(grid: Sequence[str], position: Position, goal: Position) -> str:
     rows[goal[0]][goal[1]] = GOAL
     rows[position[0]][position[1]] = AGENT
     return "\n".join("".join(r) for r in rows)
+
+
+#: With ``tool_helper``, the tool's program starts with this function: the move list from
+#: position ``a`` to position ``g`` on an open grid (vertical moves first; walls ignored), so
+#: the tool's skill is reading the two positions off its prompt, not writing a search, as the
+#: math tool copies a sum and Python does the arithmetic.
+TOOL_HELPER_SOURCE = (
+    "def moves(a, g):\n"
+    "    rows, cols = g[0] - a[0], g[1] - a[1]\n"
+    "    return ' '.join(['D'] * rows + ['U'] * -rows + ['R'] * cols + ['L'] * -cols)\n")
+#: The tool's format line with ``tool_helper``: a placeholder, so a copy does not run.
+TOOL_HELPER_CALL = "print(moves(a=<position of A>, g=<position of G>))"
+#: The tool's answer prefix with ``tool_helper`` and ``prefill_answers``.
+TOOL_HELPER_PREFIX = "```python\nprint(moves(a=("
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -288,6 +302,22 @@ class PlanPathEnv(MoveListEnv):
             planner's with ``Moves:``, the tool's with its code fence (plus ``print('`` in
             the compact prompt). The action the env receives is still the whole answer
             (False).
+        tool_helper: the tool's program runs after :data:`TOOL_HELPER_SOURCE`, a function
+            ``moves(a, g)`` that returns the move list from position ``a`` to position ``g`` on
+            an open grid (it ignores walls); the tool's prompt describes it and shows the
+            call with placeholders, and with ``prefill_answers`` its answer starts
+            ``print(moves(a=(``, so the tool only reads the two positions off the prompt
+            (compact prompt only; False).
+        shuffle_positions: the compact prompt names A's and G's positions in an order drawn
+            per state (keyed like ``random_example``), so that copying the first position
+            shown is right only about half the time and reading the labels is the skill
+            (compact prompt only; False).
+        tool_output_example: the planner's format example is the move list the tool's
+            program printed this turn ("The tool printed: D R" / "Answer with one line:
+            Moves: D R"), the answer of a planner that trusts its tool; without a usable
+            tool output the usual example is shown (compact prompt only; False). The
+            example then carries no state the env gave away, only the tool's answer, which
+            is right exactly when the tool read the state.
     """
 
     metadata = {"name": "plan_path_v0"}
@@ -305,9 +335,14 @@ class PlanPathEnv(MoveListEnv):
                  show_offsets: bool = False, offset_letters: bool = False,
                  offsets_for_tool_only: bool = False, placeholder_example: bool = False,
                  random_example: bool = False,
-                 goal_off_axis: bool = False, prefill_answers: bool = False):
+                 goal_off_axis: bool = False, prefill_answers: bool = False,
+                 tool_helper: bool = False, shuffle_positions: bool = False,
+                 tool_output_example: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
+                            ("tool_helper", tool_helper),
+                            ("shuffle_positions", shuffle_positions),
+                            ("tool_output_example", tool_output_example),
                             ("offsets_for_tool_only", offsets_for_tool_only),
                             ("placeholder_example", placeholder_example),
                             ("random_example", random_example),
@@ -323,6 +358,17 @@ class PlanPathEnv(MoveListEnv):
         if offsets_for_tool_only and not show_offsets:
             raise ValueError("offsets_for_tool_only says who sees the offsets: it needs "
                              "show_offsets=true")
+        for name, value in (("tool_helper", tool_helper),
+                            ("shuffle_positions", shuffle_positions),
+                            ("tool_output_example", tool_output_example)):
+            if value and prompt_style != "compact":
+                raise ValueError(f"{name} changes the compact prompt: it needs "
+                                 f"prompt_style='compact', got {prompt_style!r}")
+        self.tool_helper = tool_helper
+        self.shuffle_positions = shuffle_positions
+        self.tool_output_example = tool_output_example
+        #: The moves the tool's program printed this turn (None: no usable output yet).
+        self.tool_moves: tuple[str, ...] | None = None
         self.show_offsets = show_offsets
         self.offsets_for_tool_only = offsets_for_tool_only
         self.offset_letters = offset_letters
@@ -364,6 +410,7 @@ class PlanPathEnv(MoveListEnv):
         self.distances = bfs_distances(self.task.grid, self.task.goal)
         self.optimal_length = self.distances[self.task.start]
         self.tool_report = self._empty_tool_report()
+        self.tool_moves = None
 
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
@@ -399,23 +446,69 @@ class PlanPathEnv(MoveListEnv):
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
         task = self.task
+        positions = [f"A is at {self.position}", f"G is at {task.goal}"]
+        if self.shuffle_positions and random.Random(self._state_key()).random() < 0.5:
+            positions.reverse()
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
-                 f"A is at {self.position}, G is at {task.goal}.{self._offset_sentence(agent)}"
+                 f"{', '.join(positions)}.{self._offset_sentence(agent)}"
                  " U=up, D=down, L=left, R=right."]
         return "\n".join(lines + self._compact_role_lines(agent))
+
+    def _compact_role_lines(self, agent: str) -> list[str]:
+        if agent == "tool" and self.tool_helper:
+            return ["moves(a, g) prints the moves from position a to position g.",
+                    f"Write a ```python block with one line: {TOOL_HELPER_CALL}"]
+        if agent == "planner" and self.tool_output_example and self.tool_moves:
+            printed = self._printed_moves()
+            return [f"The tool printed: {printed}", f"Answer with one line: Moves: {printed}"]
+        return super()._compact_role_lines(agent)
+
+    def _printed_moves(self) -> str:
+        """The tool's moves as the planner's example shows them (clipped: a program may print
+        thousands)."""
+        return clip_text(" ".join(self.tool_moves), 120)
+
+    def answer_prefix(self, agent: str) -> str:
+        if agent == "tool" and self.tool_helper and self.prefill_answers:
+            return TOOL_HELPER_PREFIX
+        return super().answer_prefix(agent)
+
+    def prompt_examples(self) -> dict[str, str]:
+        examples = super().prompt_examples()
+        if self.tool_helper and "tool" in examples:
+            examples["tool"] = f"```python\n{TOOL_HELPER_CALL}\n```"
+        if self.tool_output_example and self.tool_moves and "planner" in examples:
+            examples["planner"] = f"Moves: {self._printed_moves()}"
+        return examples
+
+    # ------------------------------------------------------------------ the tool's program
+    def _program_preamble(self) -> str:
+        return TOOL_HELPER_SOURCE if self.tool_helper else ""
+
+    def _run_tool(self, parsed):
+        self.tool_moves = None
+        return super()._run_tool(parsed)
+
+    def _parse_tool_output(self, stdout: str):
+        answer = super()._parse_tool_output(stdout)
+        self.tool_moves = answer.value if answer.ok else None
+        return answer
 
     # ------------------------------------------------------------------ stages
     def _example_candidates(self) -> list[tuple[str, str]]:
         if not self.random_example:
             return move_examples()
-        # Keyed by a string: random.Random hashes it with SHA-512, so the order is the same in
-        # every process and for every clone of this state (tree sampling's branches).
-        state = (self.task.grid, self.task.start, self.task.goal, self.position,
-                 len(self.moves_taken))
         letters = list(MOVES)
-        random.Random(repr(state)).shuffle(letters)
+        random.Random(self._state_key()).shuffle(letters)
         return move_examples(letters)
+
+    def _state_key(self) -> str:
+        """The current state as a string. Seeded with it, random.Random hashes it with
+        SHA-512, so a draw is the same in every process and for every clone of this state
+        (tree sampling's branches)."""
+        return repr((self.task.grid, self.task.start, self.task.goal, self.position,
+                     len(self.moves_taken)))
 
     def example_answer(self) -> tuple[str, str]:
         if self.placeholder_example:

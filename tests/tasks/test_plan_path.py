@@ -12,7 +12,8 @@ from pettingzoo.test import parallel_api_test
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.moves import parse_move_tokens, parse_planner_answer, parse_program_output
 from pettingllms_envs.plan_path import (
-    GridTask, PlanPathEnv, bfs_distances, generate_task, shortest_path, simulate_moves)
+    GridTask, PlanPathEnv, RewardConfig, bfs_distances, generate_task, shortest_path,
+    simulate_moves)
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 from pettingllms_rllib.envs import (
     ParseResult, Prompt, check_clone_contract, check_text_env, make_text_env)
@@ -503,3 +504,94 @@ def test_prefill_answers_starts_each_answer_and_the_env_reads_the_whole_answer(
     assert plain == observations  # the same prompt text, with or without the prefixes
     with pytest.raises(ValueError, match="prefill_answers"):
         PlanPathEnv(prefill_answers="yes")
+
+
+# ------------------------------------------------------------------------------ the tool helper
+def _helper_env(**kwargs) -> PlanPathEnv:
+    settings = dict(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, prompt_style="compact",
+                    max_moves_per_turn=1, tool_helper=True, prefill_answers=True)
+    return PlanPathEnv(**{**settings, **kwargs})
+
+
+def _tool_prefix(env: PlanPathEnv) -> str:
+    return env.answer_prefix("tool")
+
+
+def test_the_tool_helper_turns_two_positions_into_the_open_grid_move_list():
+    from pettingllms_envs.plan_path import TOOL_HELPER_SOURCE
+
+    namespace = {}
+    exec(TOOL_HELPER_SOURCE, namespace)  # the trusted helper itself, not model code
+    moves = namespace["moves"]
+    assert moves((3, 3), (0, 1)) == "U U U L L"
+    assert moves((1, 0), (3, 3)) == "D D R R R"
+    assert moves((2, 2), (2, 2)) == ""
+    open_grid = ("....",) * 4
+    for a, g in (((3, 3), (0, 1)), ((0, 2), (3, 0)), ((1, 1), (1, 3))):
+        played = simulate_moves(open_grid, a, g, moves(a, g).split(),
+                                distances=bfs_distances(open_grid, g), rewards=RewardConfig(),
+                                moves_before=0, optimal_length=bfs_distances(open_grid, g)[a])
+        assert played.reached_goal and played.optimal
+
+
+def test_with_the_tool_helper_the_tool_only_reads_the_positions_and_its_call_runs_in_the_sandbox():
+    env = _helper_env()
+    observations, _ = env.reset(seed=0, options={"task": GridTask(("....",) * 4, (1, 0), (3, 3))})
+    tool = observations["tool"]
+    assert tool.answer_prefix == "```python\nprint(moves(a=("
+    assert "moves(a, g) prints the moves from position a to position g." in tool
+    assert "print(moves(a=<position of A>, g=<position of G>))" in tool
+    # The model continues the prefix; the env runs the whole answer after the helper.
+    _, rewards, _, _, _ = env.step({"tool": tool.answer_prefix + "1, 0), g=(3, 3)))\n```"})
+    assert env.tool_moves == ("D", "D", "R", "R", "R")
+    assert "The program printed:\nD D R R R" in env.tool_report
+    assert rewards["tool"] > 0  # a move towards the goal, as the planner would score it
+    wrong = _helper_env()
+    wrong.reset(seed=0, options={"task": GridTask(("....",) * 4, (1, 0), (3, 3))})
+    wrong.step({"tool": tool.answer_prefix + "3, 3), g=(1, 0)))\n```"})  # A and G swapped
+    assert wrong.tool_moves == ("U", "U", "L", "L", "L")
+
+
+def test_a_copied_helper_placeholder_does_not_run():
+    env = _helper_env()
+    env.reset(seed=0, options={"task": TASK})
+    env.step({"tool": env.prompt_examples()["tool"]})
+    assert env.tool_moves is None and "SyntaxError" in env.tool_report
+
+
+def test_shuffled_positions_keep_both_labels_and_vary_their_order_per_state_only():
+    def first_named(seed):
+        env = _helper_env(shuffle_positions=True)
+        observations, _ = env.reset(seed=seed)
+        line = next(l for l in observations["tool"].splitlines() if " is at " in l)
+        assert f"A is at {env.position}" in line and f"G is at {env.task.goal}" in line
+        again, _ = env.clone().reset(seed=seed)
+        assert again == observations
+        return line[0]
+
+    assert {first_named(seed) for seed in range(20)} == {"A", "G"}
+    plain, _ = _helper_env().reset(seed=0, options={"task": TASK})
+    assert "A is at (0, 0), G is at (3, 3)." in plain["tool"]
+
+
+def test_the_tool_output_example_shows_the_planner_what_the_tool_printed():
+    task = GridTask(("....",) * 4, (1, 0), (3, 3))
+    env = _helper_env(tool_output_example=True, placeholder_example=True)
+    observations, _ = env.reset(seed=0, options={"task": task})
+    assert "Moves: <U, D, L or R>" in observations["planner"]  # no tool output yet
+    observations, *_ = env.step({"tool": _tool_prefix(env) + "1, 0), g=(3, 0)))\n```"})
+    assert "The tool printed: D D" in observations["planner"]
+    assert "Answer with one line: Moves: D D" in observations["planner"]
+    assert env.prompt_examples()["planner"] == "Moves: D D"
+    env.step({"planner": "Moves: D"})
+    observations, *_ = env.step({"tool": "no program"})
+    assert env.tool_moves is None and "Moves: <U, D, L or R>" in observations["planner"]
+
+
+
+@pytest.mark.parametrize("option", ["tool_helper", "shuffle_positions", "tool_output_example"])
+def test_the_compact_prompt_options_refuse_the_full_prompt(option):
+    with pytest.raises(ValueError, match=f"{option}.*compact"):
+        PlanPathEnv(prompt_style="full", **{option: True})
+    with pytest.raises(ValueError, match=option):
+        PlanPathEnv(prompt_style="compact", **{option: "yes"})
