@@ -457,6 +457,8 @@ class PlanPathEnv(MoveListEnv):
 
     def _compact_role_lines(self, agent: str) -> list[str]:
         if agent == "tool" and self.tool_helper:
+            # The wording measured in docs/RESULTS.md ("Plan-Path in the band"); strictly
+            # moves() returns the list and print() prints it.
             return ["moves(a, g) prints the moves from position a to position g.",
                     f"Write a ```python block with one line: {TOOL_HELPER_CALL}"]
         if agent == "planner" and self.tool_output_example and self.tool_moves:
@@ -487,10 +489,13 @@ class PlanPathEnv(MoveListEnv):
         return TOOL_HELPER_SOURCE if self.tool_helper else ""
 
     def _run_tool(self, parsed):
+        """Forget the last turn's printed moves first: a program that fails this turn must
+        not leave them as the planner's example."""
         self.tool_moves = None
         return super()._run_tool(parsed)
 
     def _parse_tool_output(self, stdout: str):
+        """Parse as every move task does, and keep the moves for ``tool_output_example``."""
         answer = super()._parse_tool_output(stdout)
         self.tool_moves = answer.value if answer.ok else None
         return answer
