@@ -339,10 +339,10 @@ class PlanPathEnv(MoveListEnv):
                  tool_helper: bool = False, shuffle_positions: bool = False,
                  tool_output_example: bool = False):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
+        compact_only = {"tool_helper": tool_helper, "shuffle_positions": shuffle_positions,
+                        "tool_output_example": tool_output_example}
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
-                            ("tool_helper", tool_helper),
-                            ("shuffle_positions", shuffle_positions),
-                            ("tool_output_example", tool_output_example),
+                            *compact_only.items(),
                             ("offsets_for_tool_only", offsets_for_tool_only),
                             ("placeholder_example", placeholder_example),
                             ("random_example", random_example),
@@ -358,9 +358,7 @@ class PlanPathEnv(MoveListEnv):
         if offsets_for_tool_only and not show_offsets:
             raise ValueError("offsets_for_tool_only says who sees the offsets: it needs "
                              "show_offsets=true")
-        for name, value in (("tool_helper", tool_helper),
-                            ("shuffle_positions", shuffle_positions),
-                            ("tool_output_example", tool_output_example)):
+        for name, value in compact_only.items():
             if value and prompt_style != "compact":
                 raise ValueError(f"{name} changes the compact prompt: it needs "
                                  f"prompt_style='compact', got {prompt_style!r}")
