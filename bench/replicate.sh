@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CPU replication of the paper's comparisons, one command per task (TASK=math,
-# plan_path, the default, or plan_path_split: Plan-Path with the offsets in the tool's prompt
-# only, where the planner needs the tool):
+# plan_path, the default, plan_path_split: Plan-Path with the offsets in the tool's prompt
+# only, where the planner needs the tool, or plan_path_helper: the tool calls a move helper
+# with the two positions it reads, and the untrained team is inside the 5-30% band):
 #
 #   TASK=math bench/replicate.sh                      # everything, 3 seeds (hours on 2 cores)
 #   SEEDS="0" ARMS="atgrpo_per_role vanilla_grpo" TASKS=16 bench/replicate.sh
@@ -32,9 +33,10 @@ CLI=${CLI:-.venv/bin/pettingllms-rllib}
 EXTRA_SET=${EXTRA_SET:-}
 SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines, report, plot)
 case "$TASK" in  # the role a per-role team's planner-alone eval plays
-  plan_path | plan_path_split) ALONE_ROLE=planner ;;
+  plan_path | plan_path_split | plan_path_helper) ALONE_ROLE=planner ;;
   math) ALONE_ROLE=reasoner ;;
-  *) echo "TASK must be plan_path, plan_path_split or math, got $TASK" >&2; exit 2 ;;
+  *) echo "TASK must be plan_path, plan_path_split, plan_path_helper or math, got $TASK" >&2
+     exit 2 ;;
 esac
 # The untrained rows play the task (env, env_config, max_new_tokens) of the trained arms'
 # own configs: the per-role team's for the team, the single-agent arm's for the single agent.

@@ -86,7 +86,7 @@ def test_every_task_names_an_existing_config_for_every_arm_and_untrained_row(tmp
     """Each TASK trains its own baselines/<task>_<arm>_cpu.yaml; a config missing for one arm
     would only fail hours into a real replication."""
     arms = "atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"
-    for task in ("plan_path", "plan_path_split", "math"):
+    for task in ("plan_path", "plan_path_split", "plan_path_helper", "math"):
         (tmp_path / task).mkdir()
         calls = tmp_path / task / "calls.txt"
         run = _replicate(tmp_path / task, calls, TASK=task, SEEDS="0", ARMS=arms)
@@ -104,4 +104,4 @@ def test_every_task_names_an_existing_config_for_every_arm_and_untrained_row(tmp
 def test_an_unknown_task_is_refused_with_the_known_ones(tmp_path):
     run = _replicate(tmp_path, tmp_path / "calls.txt", TASK="sokoban")
     assert run.returncode == 2
-    assert "plan_path, plan_path_split or math" in run.stderr
+    assert "plan_path, plan_path_split, plan_path_helper or math" in run.stderr
