@@ -102,3 +102,36 @@ def test_each_task_has_a_cpu_config_and_a_paper_scale_config(task, tmp_path):
     large_path = CONFIG_DIR / f"{task}_qwen3_8b.yaml"
     large = load_experiment(large_path, overrides_for(large_path, tmp_path)).config
     assert large.llm_model == "Qwen/Qwen3-8B" and large.env == paper.env
+
+
+#: The replication's arms, and the keys in which each may differ from AT-GRPO per role.
+ARM_KEYS = {"atgrpo_per_role": {}, "atgrpo_shared": {"mapping": "shared"},
+            "vanilla_grpo": {"rollout": "trajectories"},
+            "single_agent_grpo": {"single_agent": True}}
+REPLICATED_TASKS = sorted({p.name.split("_atgrpo_per_role_cpu")[0]
+                           for p in (CONFIG_DIR / "baselines").glob("*_atgrpo_per_role_cpu.yaml")})
+
+
+def _without_arm_keys(config: dict) -> tuple[dict, dict]:
+    """The config with the arm's own keys taken out, and those keys."""
+    config = json.loads(json.dumps(config))
+    arm = {"mapping": config.pop("mapping", "per_role"),
+           "rollout": config["algorithm"].get("training", {}).pop("rollout", None),
+           "single_agent": config["algorithm"]["environment"]["env_config"].pop(
+               "single_agent", None)}
+    config.pop("name")
+    return config, {key: value for key, value in arm.items()
+                    if value not in (None, "per_role")}
+
+
+@pytest.mark.parametrize("task", REPLICATED_TASKS)
+def test_the_arms_of_a_replication_differ_only_in_their_own_keys(task):
+    """The four arms are near-copies of one file (each stays runnable on its own); a budget,
+    prompt or learning rate edited in one of them would make the comparison unmatched."""
+    per_role, _ = _without_arm_keys(
+        yaml.safe_load((CONFIG_DIR / "baselines" / f"{task}_atgrpo_per_role_cpu.yaml").read_text()))
+    for arm, keys in ARM_KEYS.items():
+        path = CONFIG_DIR / "baselines" / f"{task}_{arm}_cpu.yaml"
+        rest, own = _without_arm_keys(yaml.safe_load(path.read_text()))
+        assert own == keys, (path.name, own)
+        assert rest == per_role, path.name
