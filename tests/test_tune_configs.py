@@ -113,8 +113,7 @@ REPLICATED_TASKS = sorted({p.name.split("_atgrpo_per_role_cpu")[0]
 
 
 def _without_arm_keys(config: dict) -> tuple[dict, dict]:
-    """The config with the arm's own keys taken out, and those keys."""
-    config = json.loads(json.dumps(config))
+    """The config (changed in place) with the arm's own keys taken out, and those keys."""
     arm = {"mapping": config.pop("mapping", "per_role"),
            "rollout": config["algorithm"].get("training", {}).pop("rollout", None),
            "single_agent": config["algorithm"]["environment"]["env_config"].pop(
