@@ -209,7 +209,7 @@ def bench_learner(args) -> dict:
 
     records, pad_id = real_records(args)
     log(f"learner: {len(records)} records from one rollout")
-    config = (ATGRPOConfig().environment("plan_path_v0")
+    config = (ATGRPOConfig().environment("plan_path_v1")
               .llm(model=args.model, lora={"r": 16, "lora_alpha": 32}, temperature=0.7)
               .multi_agent(policies={"tool", "planner"},
                            policy_mapping_fn=lambda agent_id, *a, **k: agent_id))

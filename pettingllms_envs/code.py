@@ -330,7 +330,8 @@ class CodeEnv(TextParallelEnv):
 
     Instances: problem sets are loaded once per process (cached by arguments) and shared by
     clones. Each problem id is assigned to a bucket by a stable hash
-    (:func:`~pettingllms_envs.code_data.problem_split`): ``test_fraction`` (default 20%) of the
+    (:func:`~pettingllms_envs.code_data.problem_split`; problems sharing a statement share the
+    bucket of the first of them): ``test_fraction`` (default 20%) of the
     problems are evaluation problems, the rest training problems, for every dataset (test-only
     benchmarks such as HumanEval are split the same way). ``reset(seed=s)`` picks from the
     bucket of ``split_of_seed(s)``: problem ``s mod n`` of the training bucket, or

@@ -457,6 +457,11 @@ def problem_split(problem_id: str, test_fraction: float) -> str:
 class ProblemSet:
     """An immutable problem list with its train/test buckets (see :func:`problem_split`).
 
+    Problems with the same statement (``prompt``) share the bucket of the first of them: a
+    policy sees only the statement, so one statement in both buckets would make an evaluation
+    problem a training problem (the generated set has 40 statements over 600 problems, whose
+    hidden tests differ). A set whose statements all differ is split by id alone.
+
     Copies (``copy.copy``/``copy.deepcopy``, hence env clones) return the same object, so
     branching an env never duplicates a dataset. Duplicate ids keep the first problem.
     """
@@ -475,9 +480,13 @@ class ProblemSet:
         self.problems = tuple(by_id.values())
         self.test_fraction = float(test_fraction)
         self._by_id = by_id
-        self._buckets = {split: tuple(p for p in self.problems
-                                      if problem_split(p.id, self.test_fraction) == split)
-                         for split in ("train", "test")}
+        first_id_of_statement: dict[str, str] = {}
+        for problem in self.problems:
+            first_id_of_statement.setdefault(problem.prompt, problem.id)
+        self._buckets = {split: tuple(
+            p for p in self.problems
+            if problem_split(first_id_of_statement[p.prompt], self.test_fraction) == split)
+            for split in ("train", "test")}
 
     def __copy__(self) -> "ProblemSet":
         return self

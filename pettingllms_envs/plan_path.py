@@ -1,16 +1,22 @@
-"""Plan-Path (``plan_path_v0``): a tool agent and a planner move an agent to a goal on a grid.
+"""Plan-Path (``plan_path_v1``): a tool agent and a planner move an agent to a goal on a grid.
 
 The paper's Plan-Path task (PettingLLMs / AT-GRPO, arXiv 2510.11062): the *tool* agent writes a
 Python program (e.g. a BFS) that prints a move list, the program runs in the sandbox, and the
 *planner* reads the program's output and commits the moves. Everything that decides a reward is
 a pure function here (grid generation, BFS, parsing, move simulation), so it is unit-testable
 without the env and the tool's score is exactly "what the planner would get for these moves".
+
+Versions: ``plan_path_v1`` splits instances by their content (:func:`task_split`), so no
+evaluation seed produces a training instance. ``plan_path_v0`` drew both from one pool: on small
+grids most evaluation instances were training instances too (52 of the first 64 on a 4x4 open
+grid). It is kept, unchanged, so that the results measured on it reproduce.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import logging
 import random
 from typing import Any, Mapping, Sequence
@@ -21,11 +27,14 @@ from pettingllms_envs.common import (
     CodeRunner, check_float, check_int, clip_text, move_examples, planner_role, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
+from pettingllms_rllib.envs import split_of_seed
 
 logger = logging.getLogger(__name__)
 
 Position = tuple[int, int]
 WALL, OPEN, AGENT, GOAL = "#", ".", "A", "G"
+#: Draws of :func:`generate_split_task` before it gives up on finding an instance of a split.
+MAX_SPLIT_DRAWS = 1_000
 
 
 # ------------------------------------------------------------------------------ task instances
@@ -120,6 +129,30 @@ def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
         rows[row][c1] = OPEN
     logger.debug("plan_path: carved a corridor after %d attempts", max_attempts)
     return GridTask(tuple("".join(r) for r in rows), start, goal)
+
+
+def task_split(task: GridTask, test_fraction: float) -> str:
+    """``"test"`` for a stable ``test_fraction`` share of instances, else ``"train"``: the first
+    8 bytes of a SHA-256 of the grid, start and goal, read as a number in [0, 1), are compared
+    with the fraction. The split is a property of the instance, whatever seed produced it."""
+    digest = hashlib.sha256(repr((task.grid, task.start, task.goal)).encode("ascii")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2.0 ** 64 < test_fraction else "train"
+
+
+def generate_split_task(rng: np.random.Generator, size: int, wall_prob: float, *,
+                        split: str, test_fraction: float, goal_off_axis: bool = False,
+                        max_draws: int = MAX_SPLIT_DRAWS) -> GridTask:
+    """:func:`generate_task` drawn again until :func:`task_split` says ``split``: train and
+    test instances never coincide, and the instance stays a deterministic function of ``rng``."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    for _ in range(max_draws):
+        task = generate_task(rng, size, wall_prob, goal_off_axis=goal_off_axis)
+        if task_split(task, test_fraction) == split:
+            return task
+    raise RuntimeError(f"plan_path: no {split} instance in {max_draws} draws (grid_size={size}, "
+                       f"test_fraction={test_fraction}); use a larger grid or another "
+                       f"test_fraction")
 
 
 def offset_text(position: Position, goal: Position, *, letters: bool = False) -> str:
@@ -240,7 +273,7 @@ _PLANNER = planner_role("the moves as 'Moves: R D ...'", parse_planner_answer)
 
 
 class PlanPathEnv(MoveListEnv):
-    """Env card: ``plan_path_v0``.
+    """Env card: ``plan_path_v1`` (``plan_path_v0``: the same without the instance split).
 
     Roles and workflow: those of :class:`~pettingllms_envs.moves.MoveListEnv` (``tool`` then
     ``planner``, one turn = both stages). The tool's program prints the shortest move list from
@@ -262,6 +295,9 @@ class PlanPathEnv(MoveListEnv):
 
     Instances: ``reset(seed=s)`` draws walls (probability ``wall_prob``), then distinct open start
     and goal cells joined by a path, from ``np.random.default_rng(s)``; same seed, same grid.
+    Training and evaluation instances are disjoint: an instance's split is a stable hash of its
+    grid, start and goal (:func:`task_split`), and a seed draws until the instance is of the
+    seed's split (``split_of_seed``: seeds >= ``TRAIN_SEED_LIMIT`` are evaluation seeds).
 
     Args (keyword-only, defaults = the paper's setting):
         grid_size: side of the square grid (10; >= 2).
@@ -318,9 +354,14 @@ class PlanPathEnv(MoveListEnv):
             tool output the usual example is shown (compact prompt only; False). The
             example then carries no state the env gave away, only the tool's answer, which
             is right exactly when the tool read the state.
+        test_fraction: the share of instances that are evaluation instances (0.2; in (0, 1)).
+            A 4x4 open grid has 144 off-axis instances, so a small grid needs a larger share
+            for a 64-instance evaluation set of distinct instances. None: no split, seeds of
+            both ranges draw from every instance (``plan_path_v0``'s behaviour; only that id
+            takes it).
     """
 
-    metadata = {"name": "plan_path_v0"}
+    metadata = {"name": "plan_path_v1"}
     roles = {"tool": _TOOL, "planner": _PLANNER}
     answer_kind = "a move list"
 
@@ -337,8 +378,13 @@ class PlanPathEnv(MoveListEnv):
                  random_example: bool = False,
                  goal_off_axis: bool = False, prefill_answers: bool = False,
                  tool_helper: bool = False, shuffle_positions: bool = False,
-                 tool_output_example: bool = False):
+                 tool_output_example: bool = False, test_fraction: float | None = 0.2):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
+        if test_fraction is not None:
+            test_fraction = check_float("test_fraction", test_fraction)
+            if not 0.0 < test_fraction < 1.0:
+                raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        self.test_fraction = test_fraction
         compact_only = {"tool_helper": tool_helper, "shuffle_positions": shuffle_positions,
                         "tool_output_example": tool_output_example}
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
@@ -398,9 +444,13 @@ class PlanPathEnv(MoveListEnv):
         """A seeded random instance, or a given one: ``reset(options={"task": GridTask(...)})``
         (or a dict with ``grid``, ``start``, ``goal``) for evaluation sets and hand-made tests."""
         given = options.get("task")
-        if given is None:
+        if given is None and self.test_fraction is None:
             self.task = generate_task(self.np_random, self.grid_size, self.wall_prob,
                                       goal_off_axis=self.goal_off_axis)
+        elif given is None:
+            self.task = generate_split_task(
+                self.np_random, self.grid_size, self.wall_prob, split=split_of_seed(seed),
+                test_fraction=self.test_fraction, goal_off_axis=self.goal_off_axis)
         else:
             self.task = _check_task(given)
         self.position = self.task.start
@@ -531,6 +581,29 @@ class PlanPathEnv(MoveListEnv):
 
     def _take_outcome(self, outcome: MoveOutcome) -> None:
         self.position = outcome.position
+
+
+_v0_deprecation_logged = False
+
+
+def plan_path_v0(**env_config: Any) -> PlanPathEnv:
+    """``plan_path_v0``: :class:`PlanPathEnv` without the instance split (``test_fraction=None``).
+
+    Deprecated, kept unchanged so that the results measured on it reproduce: its evaluation
+    seeds can produce training instances, so on small grids its held-out scores are partly
+    training scores. New runs use ``plan_path_v1``.
+    """
+    global _v0_deprecation_logged
+    if "test_fraction" in env_config:
+        raise ValueError("plan_path_v0 has no instance split, so no test_fraction; "
+                         "plan_path_v1 takes it")
+    env = PlanPathEnv(test_fraction=None, **env_config)
+    env.metadata = {**env.metadata, "name": "plan_path_v0"}
+    if not _v0_deprecation_logged:
+        _v0_deprecation_logged = True
+        logger.warning("plan_path_v0 is deprecated: its evaluation instances can be training "
+                       "instances (on a 4x4 open grid, 52 of the first 64); use plan_path_v1")
+    return env
 
 
 # ------------------------------------------------------------------------------ validation

@@ -270,7 +270,8 @@ def _eval(args: argparse.Namespace) -> int:
             env=env_id, env_config=env_config, num_tasks=args.num_tasks,
             samples_per_task=args.samples_per_task, decoding=args.decoding,
             temperature=args.temperature, search=args.search, num_branches=args.num_branches,
-            max_new_tokens=max_new_tokens, seed=args.seed, first_seed=args.first_seed)
+            max_new_tokens=max_new_tokens, seed=args.seed, first_seed=args.first_seed,
+            distinct_instances=not args.allow_repeated_instances)
         label = args.label or Path(args.out).name
         record = ev.run_evaluation(policies, settings, args.out, label=label, arm=args.arm,
                                    seed=args.train_seed, training_budget=budget)
@@ -402,7 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
                             help="env kwargs merged over the checkpoint's (or --env-config's), "
                                  "e.g. '{\"single_agent\": true}'")
     evaluation.add_argument("--num-tasks", type=int, default=64,
-                            help="evaluation instances (seeds from 1e9 on; default 64)")
+                            help="evaluation instances (seeds from 1e9 on, a seed repeating an "
+                                 "earlier seed's instance skipped; default 64)")
+    evaluation.add_argument("--allow-repeated-instances", action="store_true",
+                            help="play seeds first-seed .. first-seed + num-tasks - 1 even where "
+                                 "two of them are one instance (evaluations before 2026-12-05)")
     evaluation.add_argument("--samples-per-task", type=int, default=1,
                             help="episodes per instance, for mean@k / pass@k (needs sample)")
     evaluation.add_argument("--decoding", choices=["greedy", "sample"], default="greedy")

@@ -17,7 +17,7 @@ name: tiny
 mapping: per_role
 stop: {training_iteration: 1}
 algorithm:
-  environment: {env: plan_path_v0, env_config: {grid_size: 3, max_turns: 1}}
+  environment: {env: plan_path_v1, env_config: {grid_size: 3, max_turns: 1}}
   llm: {model: tiny-random, max_new_tokens: 4}
   training: {num_branches: 2, num_tasks_per_iteration: 1}
 """
@@ -47,7 +47,7 @@ def test_overrides_and_grid_produce_variants(tmp_path):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("environment.env=nope_v0", "unknown text env 'nope_v0'; registered: .*plan_path_v0"),
+    ("environment.env=nope_v0", "unknown text env 'nope_v0'; registered: .*plan_path_v1"),
     ("mapping=team", "unknown mapping 'team'; accepted: \\('shared', 'per_role'\\)"),
     ("training.num_branches=1", "training.num_branches: 1 is not accepted; expected an integer >= 2"),
     ("environment.env_config.max_turns=0", "max_turns .*>= 1, got 0"),
@@ -116,22 +116,22 @@ from pettingllms_envs.plan_path import PlanPathEnv
 
 
 class RenamedPlanPath(PlanPathEnv):
-    metadata = {"name": "renamed_plan_path_v0"}
+    metadata = {"name": "renamed_plan_path_v1"}
 
 
-register_text_env("renamed_plan_path_v0", RenamedPlanPath, with_ray=False)
+register_text_env("renamed_plan_path_v1", RenamedPlanPath, with_ray=False)
 '''
 
 
 def test_imports_register_user_envs_before_the_config_is_validated(tmp_path, monkeypatch):
     (tmp_path / "my_user_env.py").write_text(USER_ENV_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    text = GOOD.replace("env: plan_path_v0", "env: renamed_plan_path_v0")
-    with pytest.raises(ExperimentError, match="unknown text env 'renamed_plan_path_v0'"):
+    text = GOOD.replace("env: plan_path_v1", "env: renamed_plan_path_v1")
+    with pytest.raises(ExperimentError, match="unknown text env 'renamed_plan_path_v1'"):
         load_experiment(write(tmp_path, text))
     experiment = load_experiment(write(tmp_path, "imports: [my_user_env]\n" + text))
     assert experiment.imports == ["my_user_env"]
-    assert experiment.config.env == "renamed_plan_path_v0"
+    assert experiment.config.env == "renamed_plan_path_v1"
 
 
 def test_imports_that_cannot_be_imported_name_the_module(tmp_path):

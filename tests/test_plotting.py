@@ -19,7 +19,7 @@ COLUMNS = ("env_runners/success_rate", "env_runners/episode_turns_mean",
 
 def base_params(**changes):
     """The shape of a real params.json (RLlib's AlgorithmConfig.to_dict): seed at top level."""
-    params = {"env": "plan_path_v0", "env_config": {"grid_size": 3, "max_turns": 2},
+    params = {"env": "plan_path_v1", "env_config": {"grid_size": 3, "max_turns": 2},
               "lr": 2e-4, "seed": 0, "num_branches": 4,
               "callbacks": "<class 'ray.rllib.callbacks.callbacks.RLlibCallback'>",
               "policy_mapping_fn": "AgentModuleMap({'tool': 'tool', 'planner': 'planner'})"}
@@ -49,7 +49,7 @@ def two_arms(tmp_path):
     run = tmp_path / "lr_sweep"
     for arm, (lr, shift) in enumerate(((1e-4, 0.0), (2e-4, 0.05))):
         for seed, rows in SEEDS.items():
-            make_trial(run, f"ATGRPO_plan_path_v0_abc_0000{arm * 3 + seed}_{seed}",
+            make_trial(run, f"ATGRPO_plan_path_v1_abc_0000{arm * 3 + seed}_{seed}",
                        base_params(lr=lr, seed=seed), [r + shift for r in rows])
     return run
 

@@ -10,7 +10,7 @@ from pettingllms_rllib.reporting import (arm_table, build_report, find_eval_file
 
 
 def record(arm, seed, success, *, pass4=None, turns=2.0, budget=None, decoding="greedy",
-           search=False, task="plan_path_v0", parse_errors=0.05):
+           search=False, task="plan_path_v1", parse_errors=0.05):
     """An eval record in the shared format, with hand-picked numbers."""
     summary = {"num_tasks": 4, "samples_per_task": 4, "num_episodes": 16,
                "success_rate": success, "success_ci95": [max(0.0, success - 0.2),
@@ -80,7 +80,7 @@ def test_arm_rows_aggregate_seeds_by_hand(evals):
     assert arm["train iterations"] == "7"
     assert arm["train generated tokens"] == "123,456"
     assert arm["decoding / search"] == "greedy, no search"
-    assert arm["task"] == "plan_path_v0"
+    assert arm["task"] == "plan_path_v1"
 
 
 def test_untrained_baseline_has_dashes_and_no_std(evals):

@@ -60,7 +60,6 @@ from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.timing import (TIME_PARTS, Stopwatch, rollout_seconds_waited,
                                            time_shares)
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary
-from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
 # This library's result keys, defined in metric_keys. AT_GRPO_RESULTS, ITERATION_SECONDS,
 # TIME_SECONDS, TIME_SHARE, RUNNERS_LOST, TASKS_DROPPED and HELD_OUT_SUCCESS are also
 # importable from here.
@@ -236,6 +235,7 @@ class ATGRPO(Algorithm):
         #: ``evaluation_interval`` is set: the baseline of every later evaluation. Not
         #: measured when starting from a checkpoint (the checkpoint's own run measured it).
         self._untrained_evaluation: dict[str, Any] | None = None
+        self._evaluation_seeds: list[int] | None = None
         if self.config.evaluation_interval and config.start_from_checkpoint is None:
             logger.info("held-out evaluation of the untrained team: %d tasks, greedy",
                         int(self.config.evaluation_duration))
@@ -461,9 +461,16 @@ class ATGRPO(Algorithm):
                 **self._untrained_columns()}
 
     def evaluation_seeds(self) -> list[int]:
-        """The fixed held-out instances: the first ``evaluation_duration`` evaluation seeds,
-        the same instances ``pettingllms-rllib eval`` starts with."""
-        return [TRAIN_SEED_LIMIT + i for i in range(int(self.config.evaluation_duration))]
+        """The fixed held-out instances: the first ``evaluation_duration`` distinct evaluation
+        instances, the same instances ``pettingllms-rllib eval`` starts with."""
+        if self._evaluation_seeds is None:
+            from pettingllms_rllib.envs.instances import distinct_instance_seeds
+            from pettingllms_rllib.envs.registry import make_text_env
+
+            env = make_text_env(self.config.env, self.config.env_config)
+            self._evaluation_seeds = distinct_instance_seeds(
+                env, int(self.config.evaluation_duration))
+        return self._evaluation_seeds
 
     def _held_out_evaluation(self, after_iteration: int) -> dict[str, Any]:
         """Play the held-out instances with the weights after ``after_iteration`` updates

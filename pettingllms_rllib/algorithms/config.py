@@ -10,7 +10,8 @@ Knobs are documented by topic:
 * ``.multi_agent(policies=..., policy_mapping_fn=...)``: shared model vs one model (or one LoRA
   adapter, with ``.llm(lora=...)``) per role is only this mapping.
 * ``.evaluation(evaluation_interval=N, evaluation_duration=M)``: every N iterations the first M
-  evaluation instances (seeds from ``TRAIN_SEED_LIMIT`` on, never trained on) are played
+  distinct evaluation instances (seeds from ``TRAIN_SEED_LIMIT`` on, never trained on; a seed
+  repeating an earlier seed's instance is skipped, ``envs.instances``) are played
   greedily without branching and logged under ``evaluation/`` (success rate with its 95%
   interval, per-agent parse-error rate and return), beside the untrained team's success
   (``evaluation/untrained_success_rate``, measured once before the first update).
@@ -49,7 +50,7 @@ class ATGRPOConfig(AlgorithmConfig):
 
         config = (
             ATGRPOConfig()
-            .environment("plan_path_v0", env_config={"grid_size": 3, "max_turns": 2})
+            .environment("plan_path_v1", env_config={"grid_size": 3, "max_turns": 2})
             .llm(model="smollm2-135m-instruct", lora={"r": 8}, max_new_tokens=32)
             .training(num_branches=4, num_tasks_per_iteration=8, lr=1e-5)
             .multi_agent(policies={"tool", "planner"},
@@ -466,6 +467,7 @@ class ATGRPOConfig(AlgorithmConfig):
     def validate_at_grpo(self) -> None:
         """The AT-GRPO checks alone; cheap, no Ray needed (the CLI runs them before ray.init)."""
         from pettingllms_rllib.algorithms.config_fields import check_fields
+        from pettingllms_rllib.envs.instances import TooFewInstancesError, distinct_instance_seeds
         from pettingllms_rllib.envs.registry import make_text_env
 
         problems = check_fields(self)  # types and ranges of every declared key
@@ -530,6 +532,10 @@ class ATGRPOConfig(AlgorithmConfig):
             if not isinstance(self.evaluation_duration, int) or self.evaluation_duration < 1:
                 self._value_error("evaluation_duration must be the number of held-out tasks "
                                   f"(an int >= 1), got {self.evaluation_duration!r}")
+            try:
+                distinct_instance_seeds(env, self.evaluation_duration)
+            except TooFewInstancesError as exc:
+                self._value_error(f"evaluation_duration={self.evaluation_duration}: {exc}")
         self._check_model_available()
         if self.engine == "vllm":
             self._check_vllm_settings()

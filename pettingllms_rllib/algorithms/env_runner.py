@@ -46,6 +46,17 @@ from pettingllms_rllib.envs.registry import make_text_env
 logger = logging.getLogger(__name__)
 
 
+def task_seed_rng(seed: int | None, worker_index: int) -> np.random.Generator:
+    """The RNG a runner draws its training task seeds from: one stream per (seed, runner), so a
+    run's training instances are a function of its seed (``bench/seen_instances.py`` replays
+    them to tell which evaluation instances a run trained on)."""
+    return np.random.default_rng([int(seed or 0), int(worker_index)])
+
+
+def draw_training_seeds(rng: np.random.Generator, num_tasks: int) -> list[int]:
+    """``num_tasks`` training task seeds, all below ``TRAIN_SEED_LIMIT``."""
+    return [int(s) for s in rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
+
 
 class HeldOutPlay(NamedTuple):
     """What :meth:`LLMEnvRunner.evaluate` played: the episodes and their transcript."""
@@ -71,7 +82,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.weights_version = 0
         self.num_env_steps_sampled_lifetime = 0
         index = self.worker_index or 0
-        self._task_rng = np.random.default_rng([int(config.seed or 0), index])
+        self._task_rng = task_seed_rng(config.seed, index)
         if index > 0:  # a remote runner uses the CPUs Ray reserved for it
             torch.set_num_threads(max(1, int(config.num_cpus_per_env_runner or 1)))
         # As RLlib's own runners: the driver-local runner only needs a model when there are no
@@ -142,7 +153,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return self.engine.served_weights_version
 
     def draw_task_seeds(self, num_tasks: int) -> list[int]:
-        return [int(s) for s in self._task_rng.integers(0, TRAIN_SEED_LIMIT, size=num_tasks)]
+        return draw_training_seeds(self._task_rng, num_tasks)
 
     def evaluate(self, task_seeds: list[int]) -> HeldOutPlay:
         """Play ``task_seeds`` once each with greedy decoding and no branching (K = 1): the

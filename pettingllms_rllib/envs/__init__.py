@@ -3,7 +3,10 @@
 from pettingllms_rllib.envs.base import (
     SPLITS, TRAIN_SEED_LIMIT, ParseResult, Prompt, Role, StageOutcome, TextParallelEnv,
     answer_prefix_of, split_of_seed, task_name)
-from pettingllms_rllib.envs.conformance import check_clone_contract, check_text_env
+from pettingllms_rllib.envs.conformance import (
+    check_clone_contract, check_splits_disjoint, check_text_env)
+from pettingllms_rllib.envs.instances import (
+    TooFewInstancesError, distinct_instance_seeds, instance_fingerprint, shared_instances)
 from pettingllms_rllib.envs.registry import (
     get_env_creator,
     make_text_env,
@@ -15,7 +18,9 @@ from pettingllms_rllib.envs.wrappers import (
 
 __all__ = [
     "ParseResult", "Prompt", "Role", "StageOutcome", "TextParallelEnv", "answer_prefix_of",
-    "check_clone_contract", "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
+    "check_clone_contract", "check_splits_disjoint", "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
     "registered_env_ids", "SPLITS", "TRAIN_SEED_LIMIT", "split_of_seed", "task_name",
     "AECTextEnv", "NotATextEnvError", "ParallelTextEnv", "wrap_aec_env", "wrap_parallel_env",
+    "TooFewInstancesError", "distinct_instance_seeds", "instance_fingerprint",
+    "shared_instances",
 ]

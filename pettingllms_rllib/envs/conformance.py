@@ -5,6 +5,8 @@ independent env in the *same* state (RNG included), so K branches scored on K cl
 exactly what the original would have seen, and stepping a clone never leaks into the original.
 :func:`check_text_env` runs PettingZoo's API test plus the clone contract plus the text-env
 specifics (``acting`` flags, reward decomposition, parse errors instead of exceptions).
+:func:`check_splits_disjoint` verifies that evaluation seeds never produce a training instance,
+which is what makes a held-out score held out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pettingllms_rllib.envs.base import TextParallelEnv
+from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, TextParallelEnv
+from pettingllms_rllib.envs.instances import shared_instances
 
 ActionFn = Callable[[TextParallelEnv, int], Mapping[str, str]]
 
@@ -131,3 +134,27 @@ def _check_episode_ends(env: TextParallelEnv, seed: int, max_steps: int) -> None
     assert not env.agents, (f"reset(seed={seed}): the episode did not end within {max_steps} "
                             "steps of unusable answers; the env must terminate or truncate "
                             "(e.g. after a turn budget)")
+
+
+def check_splits_disjoint(env_factory: Callable[[], TextParallelEnv], *,
+                          num_train_seeds: int = 200, num_test_seeds: int = 64) -> None:
+    """Raise ``AssertionError`` if an evaluation seed produces a training instance.
+
+    Training draws seeds below ``TRAIN_SEED_LIMIT`` and evaluation plays seeds from it on; an
+    instance is what the agents are shown at reset
+    (:func:`~pettingllms_rllib.envs.instances.instance_fingerprint`). Compares the first
+    ``num_test_seeds`` evaluation seeds with training seeds ``0 .. num_train_seeds - 1``, a
+    sample of what training draws: an env passes for sure only if it splits its instances by
+    their content (:func:`~pettingllms_rllib.envs.base.split_of_seed` plus a stable hash of
+    the instance, as the bundled tasks do).
+    """
+    env = env_factory()
+    test_seeds = range(TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + num_test_seeds)
+    shared = shared_instances(env, range(num_train_seeds), test_seeds)
+    if shared:
+        test_seed, train_seed = next(iter(shared.items()))
+        raise AssertionError(
+            f"{len(shared)} of the first {num_test_seeds} evaluation instances are also "
+            f"training instances (e.g. evaluation seed {test_seed} shows what training seed "
+            f"{train_seed} shows); split instances by their content so that evaluation seeds "
+            f"never produce a training instance (docs/custom_env.md, 'Held-out instances')")

@@ -1,8 +1,12 @@
 """Evaluate a team of LLM agents on a task's fixed evaluation set.
 
-The evaluation set is seeds ``TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 1, ...``: instances no
-training run ever draws (runners draw seeds below the limit, and every task splits its instances
-by :func:`~pettingllms_rllib.envs.base.split_of_seed`), identical for every policy evaluated.
+The evaluation set is the first distinct instances of seeds ``TRAIN_SEED_LIMIT,
+TRAIN_SEED_LIMIT + 1, ...``: instances no training run ever draws (runners draw seeds below the
+limit, and every task splits its instances by their content and
+:func:`~pettingllms_rllib.envs.base.split_of_seed`), each played once however small the task's
+space (a seed repeating an earlier seed's instance is skipped:
+:func:`~pettingllms_rllib.envs.instances.distinct_instance_seeds`), identical for every policy
+evaluated.
 
 One episode per (task, sample): each agent generates with its module (through the same
 ``policy_mapping_fn`` idea as training) and the env scores it. Two switches matter for fair
@@ -21,6 +25,7 @@ seat, and ``Policies.alone`` keeps one role's module for a task played by that r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import pickle
 from pathlib import Path
@@ -61,6 +66,10 @@ class EvalSettings:
         seed: seed of the sampler.
         first_seed: first evaluation seed; at least ``TRAIN_SEED_LIMIT`` so no training instance
             is ever evaluated.
+        distinct_instances: skip a seed whose instance an earlier seed already produced, so
+            ``num_tasks`` counts different instances (True); False plays seeds ``first_seed ..
+            first_seed + num_tasks - 1`` as they come, repeats included (how evaluations
+            before 2026-12-05's instance checks chose them).
     """
 
     env: str
@@ -74,6 +83,7 @@ class EvalSettings:
     max_new_tokens: int = 64
     seed: int = 0
     first_seed: int = TRAIN_SEED_LIMIT
+    distinct_instances: bool = True
 
     def __post_init__(self):
         if self.decoding not in DECODINGS:
@@ -95,9 +105,17 @@ class EvalSettings:
             raise ValueError(f"first_seed={self.first_seed} would evaluate on training "
                              f"instances; evaluation seeds start at {TRAIN_SEED_LIMIT}")
 
-    @property
+    @functools.cached_property
     def eval_seeds(self) -> list[int]:
-        return list(range(self.first_seed, self.first_seed + self.num_tasks))
+        """The evaluation instances' seeds; with ``distinct_instances`` raises
+        :class:`~pettingllms_rllib.envs.instances.TooFewInstancesError` when the task's
+        evaluation split holds fewer than ``num_tasks`` distinct instances."""
+        if not self.distinct_instances:
+            return list(range(self.first_seed, self.first_seed + self.num_tasks))
+        from pettingllms_rllib.envs.instances import distinct_instance_seeds
+
+        return distinct_instance_seeds(make_text_env(self.env, self.env_config), self.num_tasks,
+                                       first_seed=self.first_seed)
 
 
 @dataclasses.dataclass
@@ -399,6 +417,7 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         "search": settings.search,
         "num_branches": settings.num_branches if settings.search else 1,
         "eval_seeds": settings.eval_seeds, "num_tasks": settings.num_tasks,
+        "distinct_instances": settings.distinct_instances,
         "samples_per_task": settings.samples_per_task,
         "max_new_tokens": settings.max_new_tokens,
         "training_budget": None if training_budget is None else dict(training_budget),

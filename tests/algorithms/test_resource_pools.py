@@ -18,7 +18,7 @@ ROLES = ["tool", "planner"]
 
 def config(**pools) -> ATGRPOConfig:
     base = (ATGRPOConfig()
-            .environment("plan_path_v0", env_config={"grid_size": 3, "max_turns": 1})
+            .environment("plan_path_v1", env_config={"grid_size": 3, "max_turns": 1})
             .llm(model="tiny-random")
             .multi_agent(**multi_agent_kwargs("per_role", ROLES)))
     return base.resource_pools(pools=pools) if pools else base

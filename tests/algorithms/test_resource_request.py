@@ -11,7 +11,7 @@ def config(**resources) -> ATGRPOConfig:
     runners = {k: v for k, v in resources.items() if "env_runner" in k}
     learners = {k: v for k, v in resources.items() if "learner" in k}
     return (ATGRPOConfig()
-            .environment("plan_path_v0", env_config={"grid_size": 3, "max_turns": 1})
+            .environment("plan_path_v1", env_config={"grid_size": 3, "max_turns": 1})
             .llm(model="tiny-random", lora={"r": 8})
             .env_runners(**runners)
             .learners(**learners)

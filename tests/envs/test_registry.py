@@ -78,4 +78,5 @@ def test_the_custom_env_guide_declares_the_group_the_registry_reads():
     assert list(declared) == [ENTRY_POINT_GROUP]
     project = tomllib.loads((guide.parents[1] / "pyproject.toml").read_text())["project"]
     assert set(project["entry-points"][ENTRY_POINT_GROUP]) == {
-        "plan_path_v0", "sudoku_v0", "math_v0", "code_v0", "sokoban_v0", "reasoning_gym_v0"}
+        "plan_path_v0", "plan_path_v1", "sudoku_v0", "math_v0", "code_v0", "sokoban_v0",
+        "reasoning_gym_v0"}

@@ -8,7 +8,7 @@ from pettingllms_rllib.evaluation.constant_answers import (best_constant_answer,
 from pettingllms_rllib.reporting import constant_table
 
 
-ENV = "plan_path_v0"
+ENV = "plan_path_v1"
 CONFIG = {"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "prompt_style": "compact"}
 SEEDS = list(range(1_000_000_000, 1_000_000_000 + 32))
 NO_PROGRAM = "no code"

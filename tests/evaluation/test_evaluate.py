@@ -8,10 +8,11 @@ import pytest
 
 from pettingllms_rllib.envs import register_text_env
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, split_of_seed
+from pettingllms_rllib.envs.instances import TooFewInstancesError, instance_fingerprint
 from pettingllms_rllib.evaluation.evaluate import (EvalSettings, Policies, RoleMismatchError,
                                                    base_policies, evaluate, run_evaluation,
                                                    swap_mapping)
-from toy_env import ToyScoreEnv
+from toy_env import ToyCounterEnv, ToyScoreEnv
 
 TINY = {"hidden_size": 32, "intermediate_size": 64}
 
@@ -29,12 +30,26 @@ def settings(**overrides):
     return EvalSettings(**fields)
 
 
-def test_the_evaluation_set_is_fixed_and_never_a_training_instance():
+def test_the_evaluation_set_is_fixed_and_never_a_training_instance(policies):
     seeds = settings(num_tasks=5).eval_seeds
-    assert seeds == list(range(TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 5))
+    assert seeds == settings(num_tasks=5).eval_seeds
+    assert seeds[0] == TRAIN_SEED_LIMIT and seeds == sorted(seeds)
     assert {split_of_seed(s) for s in seeds} == {"test"}
     with pytest.raises(ValueError, match="training instances"):
         settings(first_seed=TRAIN_SEED_LIMIT - 1)
+
+
+def test_the_evaluation_set_plays_each_instance_once_unless_repeats_are_allowed():
+    register_text_env("toy_counter_v0", ToyCounterEnv)  # three instances: counter 0, 1 or 2
+    counter = dict(env="toy_counter_v0", env_config={"max_turns": 2})
+    env = ToyCounterEnv(max_turns=2)
+    seeds = EvalSettings(**counter, num_tasks=3).eval_seeds
+    assert len({instance_fingerprint(env, seed) for seed in seeds}) == 3
+    assert seeds != list(range(TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 3))  # a repeat was skipped
+    with pytest.raises(TooFewInstancesError, match="only 3 distinct instances"):
+        _ = EvalSettings(**counter, num_tasks=4).eval_seeds
+    repeated = EvalSettings(**counter, num_tasks=4, distinct_instances=False).eval_seeds
+    assert repeated == list(range(TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 4))
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -85,7 +100,7 @@ def test_a_task_with_other_roles_is_refused_naming_both_role_sets(policies):
     with pytest.raises(RoleMismatchError,
                        match=r"trained for roles \['reviewer', 'writer'\].*roles are "
                              r"\['planner', 'tool'\]"):
-        evaluate(policies, settings(env="plan_path_v0", env_config={"grid_size": 3}))
+        evaluate(policies, settings(env="plan_path_v1", env_config={"grid_size": 3}))
 
 
 def test_the_role_swap_seats_each_module_in_the_other_role():

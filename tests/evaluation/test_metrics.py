@@ -221,7 +221,7 @@ def test_summarize_errors():
 
 # ----------------------------------------------------------------------------------- reports
 def record(label, summary, **extra):
-    return {"label": label, "arm": label.split("/")[0], "seed": 1, "task": "plan_path_v0",
+    return {"label": label, "arm": label.split("/")[0], "seed": 1, "task": "plan_path_v1",
             "decoding": "greedy", "temperature": 1.0, "search": False, "num_branches": 1,
             "summary": summary, **extra}
 

@@ -1,4 +1,4 @@
-"""One real AT-GRPO iteration with the bundled SmolLM2-135M-Instruct on plan_path_v0, and its
+"""One real AT-GRPO iteration with the bundled SmolLM2-135M-Instruct on plan_path_v1, and its
 checkpoint served over HTTP by Ray Serve.
 
 The slowest tests: they convert the GGUF on first use and sample real text from a real model.
@@ -32,7 +32,7 @@ def iteration(tmp_path_factory):
     checkpoint saved after it."""
     config = (
         ATGRPOConfig()
-        .environment("plan_path_v0", env_config={"grid_size": 3, "wall_prob": 0.0,
+        .environment("plan_path_v1", env_config={"grid_size": 3, "wall_prob": 0.0,
                                                  "max_turns": 1})
         .llm(model="smollm2-135m-instruct", lora={"r": 4, "lora_alpha": 8}, max_new_tokens=16)
         .training(num_branches=2, num_tasks_per_iteration=2, lr=1e-3)

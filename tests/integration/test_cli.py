@@ -18,7 +18,7 @@ grid:
   mapping: [shared, per_role]
 stop: {training_iteration: 1}
 algorithm:
-  environment: {env: plan_path_v0, env_config: {grid_size: 3, max_turns: 1, prompt_style: compact}}
+  environment: {env: plan_path_v1, env_config: {grid_size: 3, max_turns: 1, prompt_style: compact}}
   llm:
     model: tiny-random
     tiny_model_config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
@@ -108,7 +108,7 @@ def test_the_latest_and_best_checkpoints_and_every_held_out_transcript_are_kept(
     record = json.loads((trial / "best_checkpoint" / "held_out.json").read_text())
     assert record == {"held_out_success_rate": held_out[best], "training_iteration": best,
                       "copied_from": f"checkpoint_{best - 1:06d}"}
-    assert read_checkpoint_config(trial / "best_checkpoint")["env"] == "plan_path_v0"
+    assert read_checkpoint_config(trial / "best_checkpoint")["env"] == "plan_path_v1"
     assert resolve_checkpoint(trial).name == "checkpoint_000004"  # eval RUN_DIR: the newest
     assert (f"best held-out checkpoint {trial / 'best_checkpoint'} "
             f"(success {held_out[best]:.3f} at iteration {best}; picked on those") in caplog.text
@@ -121,7 +121,7 @@ def test_the_latest_and_best_checkpoints_and_every_held_out_transcript_are_kept(
     for iteration in (2, 4):
         entries = [json.loads(line) for line in
                    (transcripts / f"iteration_{iteration:06d}.jsonl").read_text().splitlines()]
-        assert {e["task"] for e in entries} == {task_name("plan_path_v0", TRAIN_SEED_LIMIT)}
+        assert {e["task"] for e in entries} == {task_name("plan_path_v1", TRAIN_SEED_LIMIT)}
         for agent in ("planner", "tool"):
             errors = [e["parse_error"] is not None for e in entries if e["agent"] == agent]
             logged = by_iteration[iteration]["evaluation"]["agent"][agent]["parse_error_rate"]

@@ -66,7 +66,7 @@ def test_checkpoint_evaluation_and_the_role_swap_use_the_trained_weights(tmp_pat
     record = json.loads((out / "eval.json").read_text())
     assert record["mapping"] == {"writer": "reviewer", "reviewer": "writer"}
     assert record["training_budget"] is None  # a bare checkpoint, not inside a Tune trial
-    assert main(["eval", "--checkpoint", checkpoint, "--env", "plan_path_v0",
+    assert main(["eval", "--checkpoint", checkpoint, "--env", "plan_path_v1",
                  "--env-config", '{"grid_size": 3}', "--out", str(tmp_path / "bad")]) == 2
 
 

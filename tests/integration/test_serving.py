@@ -113,7 +113,7 @@ BAD_REQUESTS = [
     ("/v1/episodes", {"seed": 7, "env_config": {"colour": "red"}}, "env_config", 400),
     ("/v1/episodes", {"seed": -1}, "seed", 400),
     ("/v1/episodes", {"seed": 7, "search": 0}, "search", 400),
-    ("/v1/episodes", {"seed": 7, "env": "plan_path_v0"}, "env", 422),
+    ("/v1/episodes", {"seed": 7, "env": "plan_path_v1"}, "env", 422),
     ("/v1/chat/completions", {"model": "critic", "messages": [
         {"role": "user", "content": "x"}]}, "model", 404),
     ("/v1/chat/completions", {"model": "writer", "max_tokens": 5, "messages": [

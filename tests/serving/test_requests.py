@@ -10,8 +10,8 @@ from pettingllms_rllib.serving.requests import (MAX_BRANCHES, RequestError, Serv
                                                 parse_episode_request)
 
 TEAM = ServedTeam(base_model="smollm2-135m-instruct", mapping={"tool": "tool", "planner": "planner"},
-                  env="plan_path_v0", env_config={"grid_size": 3, "max_turns": 2},
-                  known_envs=["math_v0", "plan_path_v0"], temperature=0.7, max_new_tokens=16,
+                  env="plan_path_v1", env_config={"grid_size": 3, "max_turns": 2},
+                  known_envs=["math_v0", "plan_path_v1"], temperature=0.7, max_new_tokens=16,
                   max_positions=2048)
 
 
@@ -24,7 +24,7 @@ def refusal(parse, body) -> RequestError:
 def test_an_episode_defaults_to_the_trained_task_and_greedy_decoding():
     request = parse_episode_request({"seed": 7}, TEAM)
     assert (request.env, dict(request.env_config), request.seed) == (
-        "plan_path_v0", {"grid_size": 3, "max_turns": 2}, 7)
+        "plan_path_v1", {"grid_size": 3, "max_turns": 2}, 7)
     assert (request.search, request.decoding, request.temperature, request.max_new_tokens) == (
         1, "greedy", 0.7, 16)
 
@@ -49,7 +49,7 @@ def test_search_samples_by_default_and_refuses_greedy():
     ({"seed": True}, "seed", "integer"),
     ({"seed": 1, "search": 0}, "search", ">= 1"),
     ({"seed": 1, "search": MAX_BRANCHES + 1}, "search", f"<= {MAX_BRANCHES}"),
-    ({"seed": 1, "env": "chess_v9"}, "env", "plan_path_v0"),
+    ({"seed": 1, "env": "chess_v9"}, "env", "plan_path_v1"),
     ({"seed": 1, "env_config": [1]}, "env_config", "object"),
     ({"seed": 1, "options": 3}, "options", "object"),
     ({"seed": 1, "decoding": "beam"}, "decoding", "greedy"),

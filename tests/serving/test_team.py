@@ -163,7 +163,7 @@ def test_a_system_message_and_every_turn_of_a_longer_chat_reach_the_model(servic
 
 @pytest.mark.parametrize("body,field,status", [
     ({"seed": 1, "env_config": {"colour": "red"}}, "env_config", 400),
-    ({"seed": 1, "env": "plan_path_v0", "env_config": {"grid_size": 3}}, "env", 422),
+    ({"seed": 1, "env": "plan_path_v1", "env_config": {"grid_size": 3}}, "env", 422),
 ])
 def test_an_episode_the_env_cannot_play_is_refused_before_any_batch(service, body, field,
                                                                     status):

@@ -298,6 +298,25 @@ def test_problem_split_is_stable_and_near_the_requested_fraction():
     assert all(problem_split(i, 0.5) == "test" for i, s in zip(ids, splits) if s == "test")
 
 
+def test_problems_sharing_a_statement_share_a_bucket():
+    problems = generate_problems(600)  # 40 statements; each problem's hidden tests differ
+    problem_set = ProblemSet(problems, 0.2)
+    train = {p.prompt for p in problem_set.bucket("train")}
+    test = {p.prompt for p in problem_set.bucket("test")}
+    assert train and test and not train & test
+    assert len(train | test) == len({p.prompt for p in problems})
+
+
+def test_a_set_of_distinct_statements_is_split_by_id_alone():
+    problems = generate_problems(30)
+    renamed = [CodeProblem(id=p.id, prompt=f"{p.prompt} (problem {p.id})", kind=p.kind,
+                           tests=p.tests, reference=p.reference, source=p.source)
+               for p in problems]
+    problem_set = ProblemSet(renamed, 0.3)
+    assert [p.id for p in problem_set.bucket("test")] == [
+        p.id for p in renamed if problem_split(p.id, 0.3) == "test"]
+
+
 def test_problem_set_buckets_are_disjoint_and_shared_by_copies(caplog):
     problems = generate_problems(50)
     with caplog.at_level(logging.WARNING):

@@ -12,11 +12,12 @@ from pettingzoo.test import parallel_api_test
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.moves import parse_move_tokens, parse_planner_answer, parse_program_output
 from pettingllms_envs.plan_path import (
-    GridTask, PlanPathEnv, RewardConfig, bfs_distances, generate_task, shortest_path,
-    simulate_moves)
+    GridTask, PlanPathEnv, RewardConfig, bfs_distances, generate_split_task, generate_task,
+    shortest_path, simulate_moves, task_split)
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 from pettingllms_rllib.envs import (
-    ParseResult, Prompt, check_clone_contract, check_text_env, make_text_env)
+    TRAIN_SEED_LIMIT, ParseResult, Prompt, check_clone_contract, check_splits_disjoint,
+    check_text_env, make_text_env)
 
 FAST = SandboxLimits(wall_time_s=2, cpu_time_s=2, memory_mb=256)
 # A hand-made 4x4 instance. Shortest path from (0, 0) to (3, 3): 6 moves, e.g. R R R D D D.
@@ -58,13 +59,15 @@ def test_clone_contract_with_real_sandbox_runs():
 
 
 def test_registered_id_builds_the_env_and_rejects_bad_config():
-    env = make_text_env("plan_path_v0", {"grid_size": 5, "sandbox_limits": {"wall_time_s": 1}})
+    env = make_text_env("plan_path_v1", {"grid_size": 5, "sandbox_limits": {"wall_time_s": 1}})
     assert isinstance(env, PlanPathEnv) and env.sandbox_limits.wall_time_s == 1
+    assert env.metadata["name"] == "plan_path_v1" and env.test_fraction == 0.2
     with pytest.raises(ValueError):
-        make_text_env("plan_path_v0", {"no_such_arg": 1})
+        make_text_env("plan_path_v1", {"no_such_arg": 1})
 
 
 @pytest.mark.parametrize("bad", [
+    {"test_fraction": 0.0}, {"test_fraction": 1.0}, {"test_fraction": "half"},
     {"grid_size": 1}, {"grid_size": 2.5}, {"grid_size": True}, {"wall_prob": 1.0},
     {"wall_prob": -0.1}, {"max_turns": 0}, {"max_moves_per_turn": 0}, {"step_cost": -0.1},
     {"goal_bonus": float("nan")}, {"alpha": "1"}, {"sandbox_limits": "fast"},
@@ -93,6 +96,52 @@ def test_seeds_reproduce_identical_instances():
         assert first.task == second.task and obs_a == obs_b
         tasks.append(first.task)
     assert len(set(tasks)) == len(tasks)
+
+
+SMALL_OPEN = {"grid_size": 4, "wall_prob": 0.0, "goal_off_axis": True,
+              "prompt_style": "compact", "max_turns": 6, "max_moves_per_turn": 1}
+
+
+def test_evaluation_seeds_never_produce_a_training_instance():
+    # 144 off-axis instances on a 4x4 open grid: without the split most would be shared.
+    check_splits_disjoint(lambda: make_text_env("plan_path_v1", SMALL_OPEN))
+    env = PlanPathEnv(**SMALL_OPEN, test_fraction=0.5)
+    train, test = set(), set()
+    for seed in range(300):
+        env.reset(seed=seed)
+        train.add(env.task)
+        env.reset(seed=TRAIN_SEED_LIMIT + seed)
+        test.add(env.task)
+    assert not train & test
+    assert {task_split(t, 0.5) for t in train} == {"train"}
+    assert {task_split(t, 0.5) for t in test} == {"test"}
+    assert len(train | test) == 144
+
+
+def test_the_split_is_stable_near_its_fraction_and_a_larger_fraction_only_adds_test_instances():
+    rng = np.random.default_rng(0)
+    tasks = {generate_task(rng, 6, 0.2) for _ in range(2000)}
+    splits = {t: task_split(t, 0.2) for t in tasks}
+    assert 0.16 < list(splits.values()).count("test") / len(tasks) < 0.24
+    assert all(task_split(t, 0.5) == "test" for t, s in splits.items() if s == "test")
+
+
+def test_a_split_with_no_instance_left_fails_clearly():
+    with pytest.raises(RuntimeError, match="no test instance in 5 draws"):
+        generate_split_task(np.random.default_rng(0), 2, 0.0, split="test",
+                            test_fraction=1e-12, max_draws=5)
+
+
+def test_plan_path_v0_keeps_its_unsplit_instances_for_reproducing_old_results():
+    v0 = make_text_env("plan_path_v0", SMALL_OPEN)
+    assert v0.metadata["name"] == "plan_path_v0" and v0.test_fraction is None
+    for seed in (0, 7, TRAIN_SEED_LIMIT, TRAIN_SEED_LIMIT + 3):
+        v0.reset(seed=seed)
+        assert v0.task == generate_task(np.random.default_rng(seed), 4, 0.0, goal_off_axis=True)
+    with pytest.raises(AssertionError, match="52 of the first 64 evaluation instances"):
+        check_splits_disjoint(lambda: make_text_env("plan_path_v0", SMALL_OPEN))
+    with pytest.raises(ValueError, match="no test_fraction"):
+        make_text_env("plan_path_v0", {"test_fraction": 0.3})
 
 
 @pytest.mark.parametrize("size", [2, 3, 5, 10, 16])

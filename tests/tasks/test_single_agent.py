@@ -10,7 +10,7 @@ from pettingllms_rllib.envs import check_text_env
 from pettingllms_rllib.envs.registry import make_text_env
 from pettingllms_envs.plan_path import shortest_path
 
-TASKS = [("plan_path_v0", {"grid_size": 4, "wall_prob": 0.2, "max_turns": 2}),
+TASKS = [("plan_path_v1", {"grid_size": 4, "wall_prob": 0.2, "max_turns": 2}),
          ("sokoban_v0", {"max_turns": 2}), ("sudoku_v0", {"max_turns": 2})]
 FAST = {"wall_time_s": 3, "cpu_time_s": 3, "memory_mb": 256}
 MATH = {"max_turns": 2, "sandbox_limits": FAST}
@@ -34,7 +34,7 @@ def test_single_agent_mode_has_only_the_planner_and_passes_the_conformance_suite
 
 
 def test_the_planner_alone_gets_the_same_turn_budget_and_can_solve_the_task():
-    env = make_text_env("plan_path_v0", {"grid_size": 4, "wall_prob": 0.2, "max_turns": 2,
+    env = make_text_env("plan_path_v1", {"grid_size": 4, "wall_prob": 0.2, "max_turns": 2,
                                          "single_agent": True})
     env.reset(seed=5)
     _, rewards, terminations, truncations, infos = env.step({"planner": "Moves: "})
