@@ -9,8 +9,8 @@ installed package's envs.
 
 from pettingllms_envs.code import CodeEnv
 from pettingllms_envs.math import MathEnv
-from pettingllms_envs.plan_path import PlanPathEnv
+from pettingllms_envs.plan_path import PlanPathEnv, PlanPathV0Env
 from pettingllms_envs.sokoban import SokobanEnv
 from pettingllms_envs.sudoku import SudokuEnv
 
-__all__ = ["CodeEnv", "MathEnv", "PlanPathEnv", "SokobanEnv", "SudokuEnv"]
+__all__ = ["CodeEnv", "MathEnv", "PlanPathEnv", "PlanPathV0Env", "SokobanEnv", "SudokuEnv"]

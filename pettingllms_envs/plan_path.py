@@ -356,9 +356,7 @@ class PlanPathEnv(MoveListEnv):
             is right exactly when the tool read the state.
         test_fraction: the share of instances that are evaluation instances (0.2; in (0, 1)).
             A 4x4 open grid has 144 off-axis instances, so a small grid needs a larger share
-            for a 64-instance evaluation set of distinct instances. None: no split, seeds of
-            both ranges draw from every instance (``plan_path_v0``'s behaviour; only that id
-            takes it).
+            for a 64-instance evaluation set of distinct instances.
     """
 
     metadata = {"name": "plan_path_v1"}
@@ -378,13 +376,11 @@ class PlanPathEnv(MoveListEnv):
                  random_example: bool = False,
                  goal_off_axis: bool = False, prefill_answers: bool = False,
                  tool_helper: bool = False, shuffle_positions: bool = False,
-                 tool_output_example: bool = False, test_fraction: float | None = 0.2):
+                 tool_output_example: bool = False, test_fraction: float = 0.2):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
-        if test_fraction is not None:
-            test_fraction = check_float("test_fraction", test_fraction)
-            if not 0.0 < test_fraction < 1.0:
-                raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-        self.test_fraction = test_fraction
+        self.test_fraction: float | None = check_float("test_fraction", test_fraction)
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         compact_only = {"tool_helper": tool_helper, "shuffle_positions": shuffle_positions,
                         "tool_output_example": tool_output_example}
         for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
@@ -444,21 +440,19 @@ class PlanPathEnv(MoveListEnv):
         """A seeded random instance, or a given one: ``reset(options={"task": GridTask(...)})``
         (or a dict with ``grid``, ``start``, ``goal``) for evaluation sets and hand-made tests."""
         given = options.get("task")
-        if given is None and self.test_fraction is None:
-            self.task = generate_task(self.np_random, self.grid_size, self.wall_prob,
-                                      goal_off_axis=self.goal_off_axis)
-        elif given is None:
-            self.task = generate_split_task(
-                self.np_random, self.grid_size, self.wall_prob, split=split_of_seed(seed),
-                test_fraction=self.test_fraction, goal_off_axis=self.goal_off_axis)
-        else:
-            self.task = _check_task(given)
+        self.task = self._draw_task(seed) if given is None else _check_task(given)
         self.position = self.task.start
         self.moves_taken = []
         self.distances = bfs_distances(self.task.grid, self.task.goal)
         self.optimal_length = self.distances[self.task.start]
         self.tool_report = self._empty_tool_report()
         self.tool_moves = None
+
+    def _draw_task(self, seed: int | None) -> GridTask:
+        """An instance of the seed's split (``None``: a training instance)."""
+        return generate_split_task(
+            self.np_random, self.grid_size, self.wall_prob, split=split_of_seed(seed),
+            test_fraction=self.test_fraction, goal_off_axis=self.goal_off_axis)
 
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
@@ -583,27 +577,33 @@ class PlanPathEnv(MoveListEnv):
         self.position = outcome.position
 
 
-_v0_deprecation_logged = False
+class PlanPathV0Env(PlanPathEnv):
+    """``plan_path_v0``: :class:`PlanPathEnv` without the instance split (``test_fraction`` is
+    None).
 
-
-def plan_path_v0(**env_config: Any) -> PlanPathEnv:
-    """``plan_path_v0``: :class:`PlanPathEnv` without the instance split (``test_fraction=None``).
-
-    Deprecated, kept unchanged so that the results measured on it reproduce: its evaluation
-    seeds can produce training instances, so on small grids its held-out scores are partly
-    training scores. New runs use ``plan_path_v1``.
+    Deprecated, kept unchanged so that the results measured on it reproduce: training and
+    evaluation seeds draw from one pool of instances, so on small grids its held-out scores
+    are partly training scores. New runs use ``plan_path_v1``.
     """
-    global _v0_deprecation_logged
-    if "test_fraction" in env_config:
-        raise ValueError("plan_path_v0 has no instance split, so no test_fraction; "
-                         "plan_path_v1 takes it")
-    env = PlanPathEnv(test_fraction=None, **env_config)
-    env.metadata = {**env.metadata, "name": "plan_path_v0"}
-    if not _v0_deprecation_logged:
-        _v0_deprecation_logged = True
-        logger.warning("plan_path_v0 is deprecated: its evaluation instances can be training "
-                       "instances (on a 4x4 open grid, 52 of the first 64); use plan_path_v1")
-    return env
+
+    metadata = {"name": "plan_path_v0"}
+    _deprecation_logged = False
+
+    def __init__(self, **env_config: Any):
+        if "test_fraction" in env_config:
+            raise ValueError("plan_path_v0 has no instance split, so no test_fraction; "
+                             "plan_path_v1 takes it")
+        super().__init__(**env_config)
+        self.test_fraction = None
+        if not PlanPathV0Env._deprecation_logged:
+            PlanPathV0Env._deprecation_logged = True
+            logger.warning("plan_path_v0 is deprecated: its evaluation instances can be "
+                           "training instances (on a 4x4 open grid, 52 of the first 64); use "
+                           "plan_path_v1")
+
+    def _draw_task(self, seed: int | None) -> GridTask:
+        return generate_task(self.np_random, self.grid_size, self.wall_prob,
+                             goal_off_axis=self.goal_off_axis)
 
 
 # ------------------------------------------------------------------------------ validation

@@ -68,6 +68,7 @@ def test_registered_id_builds_the_env_and_rejects_bad_config():
 
 @pytest.mark.parametrize("bad", [
     {"test_fraction": 0.0}, {"test_fraction": 1.0}, {"test_fraction": "half"},
+    {"test_fraction": None},
     {"grid_size": 1}, {"grid_size": 2.5}, {"grid_size": True}, {"wall_prob": 1.0},
     {"wall_prob": -0.1}, {"max_turns": 0}, {"max_moves_per_turn": 0}, {"step_cost": -0.1},
     {"goal_bonus": float("nan")}, {"alpha": "1"}, {"sandbox_limits": "fast"},
