@@ -270,7 +270,9 @@ def aggregate(trials: Sequence[Trial], column: str) -> dict[str, list] | None:
     series = [s for s in series if len(s)]
     if not series:
         return None
-    table = pd.concat(series, axis=1)
+    # Sorted: concat puts iterations the first trial lacks after its own, which would draw a
+    # module that skipped an update in one seed (every group dropped) as a line going back.
+    table = pd.concat(series, axis=1).sort_index()
     values = table.to_numpy(dtype=float)
     n = (~np.isnan(values)).sum(axis=1)
     out: dict[str, list] = {"training_iteration": [int(i) for i in table.index],

@@ -1,13 +1,15 @@
 """Learning curves over Tune run folders: seeds of one setting become one mean line + band."""
 
 import json
+from pathlib import Path
 import statistics
 
 import pandas as pd
 import pytest
 
 from pettingllms_rllib.cli import main
-from pettingllms_rllib.plotting import group_trials, load_run_trials, plot_experiment, plot_runs
+from pettingllms_rllib.plotting import (
+    Trial, aggregate, group_trials, load_run_trials, plot_experiment, plot_runs)
 
 COLUMNS = ("env_runners/success_rate", "env_runners/episode_turns_mean",
            "env_runners/agent/tool/episode_return_mean",
@@ -255,3 +257,13 @@ def test_cli_plot_refuses_a_malformed_reference(two_arms, tmp_path, bad):
     assert main(["plot", str(two_arms), "--out", str(tmp_path / "c.png"),
                  "--reference", bad]) == 2
     assert not (tmp_path / "c.png").exists()
+
+
+def test_iterations_one_seed_did_not_log_still_come_in_order():
+    column = "learners/planner/entropy"
+    first = pd.DataFrame({"training_iteration": [1, 2, 3, 4], column: [0.5, None, None, 0.2]})
+    second = pd.DataFrame({"training_iteration": [1, 2, 3, 4], column: [0.4, 0.3, None, 0.1]})
+    stats = aggregate([Trial(Path("a"), "a", first, None), Trial(Path("b"), "b", second, None)],
+                      column)
+    assert stats["training_iteration"] == [1, 2, 4]
+    assert stats["mean"] == [0.45, 0.3, 0.15] and stats["n"] == [2, 1, 2]
