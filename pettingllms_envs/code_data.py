@@ -37,7 +37,6 @@ import binascii
 import collections
 import dataclasses
 import functools
-import hashlib
 import io
 import json
 import logging
@@ -47,6 +46,7 @@ import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
+from pettingllms_envs.common import hash_split
 from pettingllms_envs.data import DatasetUnavailableError, convert_rows, read_rows, write_jsonl
 
 logger = logging.getLogger(__name__)
@@ -447,11 +447,9 @@ def load_dataset_problems(dataset: str, dataset_format: str | None = None,
 
 # ------------------------------------------------------------------------------ train/test
 def problem_split(problem_id: str, test_fraction: float) -> str:
-    """``"test"`` for a stable ``test_fraction`` share of problem ids, else ``"train"``: the
-    first 8 bytes of ``sha256(id)`` read as a number in [0, 1) are compared with the fraction,
-    so the assignment never depends on the file order, the process or the other problems."""
-    digest = hashlib.sha256(problem_id.encode("utf-8", errors="replace")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") / 2.0 ** 64 < test_fraction else "train"
+    """``"test"`` for a stable ``test_fraction`` share of problem ids, else ``"train"``
+    (:func:`~pettingllms_envs.common.hash_split` of the id)."""
+    return hash_split(problem_id, test_fraction)
 
 
 class ProblemSet:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import logging
 import random
 from typing import Any, Mapping, Sequence
@@ -24,7 +23,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_float, check_int, clip_text, move_examples, planner_role, tool_role)
+    CodeRunner, check_float, check_int, clip_text, hash_split, move_examples, planner_role,
+    tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -132,11 +132,10 @@ def generate_task(rng: np.random.Generator, size: int, wall_prob: float,
 
 
 def task_split(task: GridTask, test_fraction: float) -> str:
-    """``"test"`` for a stable ``test_fraction`` share of instances, else ``"train"``: the first
-    8 bytes of a SHA-256 of the grid, start and goal, read as a number in [0, 1), are compared
-    with the fraction. The split is a property of the instance, whatever seed produced it."""
-    digest = hashlib.sha256(repr((task.grid, task.start, task.goal)).encode("ascii")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") / 2.0 ** 64 < test_fraction else "train"
+    """``"test"`` for a stable ``test_fraction`` share of instances, else ``"train"``
+    (:func:`~pettingllms_envs.common.hash_split` of the grid, start and goal). The split is a
+    property of the instance, whatever seed produced it."""
+    return hash_split(repr((task.grid, task.start, task.goal)), test_fraction)
 
 
 def generate_split_task(rng: np.random.Generator, size: int, wall_prob: float, *,
