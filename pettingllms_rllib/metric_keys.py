@@ -70,6 +70,9 @@ AGENT_RESPONSE_TOKENS_MEAN = "response_tokens_mean"
 #: ``env_runners/agent/<agent>/truncated_fraction``: share of the agent's responses cut off at
 #: ``max_new_tokens`` (left out of the loss with ``mask_truncated_responses``).
 AGENT_TRUNCATED_FRACTION = "truncated_fraction"
+#: ``env_runners/agent/<agent>/rollout_errors``: the agent's (task, agent, turn) groups
+#: dropped this iteration because a candidate's env failed twice (``core/tree_sampler.py``).
+AGENT_ROLLOUT_ERRORS = "rollout_errors"
 
 # --------------------------------------------------------------------------- at_grpo/...
 #: ``at_grpo/iteration_s``: this training step's wall-clock seconds.
@@ -85,9 +88,10 @@ ADVANTAGE_STD = "advantage_std"
 #: ``at_grpo/reward_std/<module>``: mean within-group std of the module's rewards before
 #: normalisation: how different the K candidates were, i.e. how much there was to compare.
 REWARD_STD = "reward_std"
-#: ``at_grpo/stage_credit_mean/<module>``: with ``stage_credit="turn"``, mean credit (``alpha *
-#: team`` of the turn's end) over the module's candidates that got one: what its earlier-stage
-#: answers led to; NaN when none did (credit off, or the module acts last in its turns).
+#: ``at_grpo/stage_credit_mean/<module>``: mean credit over the module's candidates that were
+#: played on (what they earned after their own step: rewards the env paid the agent while it
+#: was idle, and with stage credit ``alpha * team`` of the turn's end); NaN when none was
+#: (no stage ends before its turn does and the env pays no idle agent).
 STAGE_CREDIT_MEAN = "stage_credit_mean"
 #: ``at_grpo/num_groups``: advantage groups (task, agent, turn) this iteration.
 NUM_GROUPS = "num_groups"
@@ -184,7 +188,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                   WEIGHTS_VERSION_MIN, AGENT),
     f"{ENV_RUNNERS}/{AGENT}/<agent>": (AGENT_SAMPLE_REWARD_MEAN, AGENT_PARSE_ERROR_RATE,
                                        AGENT_EPISODE_RETURN_MEAN, AGENT_RESPONSE_TOKENS_MEAN,
-                                       AGENT_TRUNCATED_FRACTION),
+                                       AGENT_TRUNCATED_FRACTION, AGENT_ROLLOUT_ERRORS),
     AT_GRPO_RESULTS: (ITERATION_SECONDS, TIME_SECONDS, TIME_SHARE, ADVANTAGE_STD, REWARD_STD,
                       STAGE_CREDIT_MEAN, NUM_GROUPS, ZERO_VARIANCE_GROUP_FRACTION, NUM_TRAINED_SAMPLES,
                       STALENESS_MEAN, STALENESS_MAX, POOL_UPDATE_SECONDS),

@@ -60,6 +60,10 @@ def progress_line(result: Mapping[str, Any], stop_iteration: int | None = None) 
               if (v := _number(stats.get(keys.AGENT_PARSE_ERROR_RATE))) is not None]
     if errors:
         parts.append("parse errors " + " ".join(errors))
+    failed = [f"{a} {int(v)}" for a, stats in sorted(agents.items())
+              if (v := _number(stats.get(keys.AGENT_ROLLOUT_ERRORS)))]
+    if failed:
+        parts.append("rollout errors " + " ".join(failed))
     zero_var = _number(at_grpo.get(keys.ZERO_VARIANCE_GROUP_FRACTION))
     if zero_var is not None:
         parts.append(f"zero-var {zero_var:.2f}")

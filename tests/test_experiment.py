@@ -55,7 +55,7 @@ def test_overrides_and_grid_produce_variants(tmp_path):
     ("llm.model=/no/such/model", "model path '/no/such/model' does not exist"),
     ("mapping={tool: a}", "misses agents \\['planner'\\]"),
     ("training.stage_credit=episode", "training.stage_credit: 'episode' is not accepted; "
-                                      "expected one of 'none', 'turn'"),
+                                      "expected one of 'auto', 'none', 'turn'"),
     ("training={rollout: trajectories, stage_credit: turn}",
      "stage_credit='turn' needs rollout='tree'"),
 ])

@@ -26,9 +26,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from ray.exceptions import RayError
@@ -70,6 +70,7 @@ from pettingllms_rllib.metric_keys import (
     AGENT_PARSE_ERROR_RATE,
     AGENT_RESPONSE_TOKENS_MEAN,
     AGENT_SAMPLE_REWARD_MEAN,
+    AGENT_ROLLOUT_ERRORS,
     AGENT_TRUNCATED_FRACTION,
     AT_GRPO_RESULTS,
     EPISODE_TURNS_MEAN,
@@ -347,8 +348,12 @@ class ATGRPO(Algorithm):
         trained = records_to_train(records, result.keep,
                                    frozen_modules=cfg.frozen_modules or (),
                                    mask_truncated=bool(cfg.mask_truncated_responses))
+        failed_groups: Counter = Counter()
+        for out in outputs:
+            failed_groups.update(out.get("failed_groups") or {})
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs),
-                                  sum(int(o.get("tasks_dropped", 0)) for o in outputs))
+                                  sum(int(o.get("tasks_dropped", 0)) for o in outputs),
+                                  failed_groups)
         by_module: dict[str, list[float]] = defaultdict(list)
         for record in trained:
             by_module[record.module_id].append(record.advantage)
@@ -727,7 +732,8 @@ class ATGRPO(Algorithm):
 
     def _log_rollout_metrics(self, records: Sequence[SampleRecord],
                              episodes: Sequence[EpisodeSummary], env_steps: int,
-                             tasks_dropped: int = 0) -> None:
+                             tasks_dropped: int = 0,
+                             failed_groups: Mapping[str, int] | None = None) -> None:
         log = self.metrics.log_value
         key = ENV_RUNNER_RESULTS
         log((key, NUM_ENV_STEPS_SAMPLED), env_steps, reduce="sum")
@@ -759,3 +765,7 @@ class ATGRPO(Algorithm):
                 float(np.mean([r.num_response_tokens for r in rs])), window=1)
             log((key, AGENT, agent, AGENT_TRUNCATED_FRACTION),
                 float(np.mean([r.finish_reason == "length" for r in rs])), window=1)
+        failed_groups = failed_groups or {}
+        for agent in sorted(set(by_agent) | set(failed_groups)):
+            log((key, AGENT, agent, AGENT_ROLLOUT_ERRORS), int(failed_groups.get(agent, 0)),
+                window=1)

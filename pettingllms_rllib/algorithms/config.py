@@ -108,7 +108,7 @@ class ATGRPOConfig(AlgorithmConfig):
         self.async_rollout = False
         self.max_staleness = None
         self.importance_sampling_cap = 2.0
-        self.stage_credit = "none"
+        self.stage_credit = "auto"
         self.start_from_checkpoint = None
 
         # --- .resource_pools(): one learner group per pool of modules (documented there)
@@ -295,12 +295,17 @@ class ATGRPOConfig(AlgorithmConfig):
             importance_sampling_cap: C of the token-level truncated importance weight
                 ``min(pi_learner_before_update / pi_behaviour, C)`` applied to responses
                 sampled with older weights than the learner's (2.0; ``core/loss.py``).
-            stage_credit: "none" (the paper: a candidate's reward is what its own stage paid;
-                the default) or "turn" (beyond the paper: a candidate of a stage that does
-                not end its turn, e.g. the tool before the planner, also gets ``alpha * team``
-                of the turn's end, played on from the candidate's clone with one sampled
-                answer per later stage; costs one extra answer per candidate and later stage;
-                ``core/tree_sampler.py``). Tree rollouts only.
+            stage_credit: "auto" (the default), "turn" or "none" (``core/tree_sampler.py``).
+                With stage credit (beyond the paper), a candidate of a stage that does not
+                end its turn (the tool before the planner, a hint before the answer) is
+                played on from its clone to the turn's end, one sampled answer per later
+                stage, and its team part is the team reward the turn reached (``alpha *
+                team``); it costs one extra answer per candidate and later stage, and
+                nothing where agents act in parallel. "auto" applies it wherever a stage
+                does not end its turn (tree rollouts; ignored by trajectories); "turn" also
+                warns once when it never applies; "none" is the paper's immediate reward.
+                Rewards an env pays to idle agents reach training under every setting
+                (docs/custom_env.md, "The reward contract").
             start_from_checkpoint: a checkpoint of an earlier AT-GRPO run (a trial's
                 ``checkpoint_N`` folder) to start from instead of the base model: its modules,
                 optimiser states, iteration count and lifetime counters (generated tokens, env
@@ -481,7 +486,7 @@ class ATGRPOConfig(AlgorithmConfig):
                               f"got {self.num_tasks_per_iteration}")
         if self.rollout not in ROLLOUTS:
             self._value_error(f"rollout={self.rollout!r}; accepted: {ROLLOUTS}")
-        if self.stage_credit != "none" and self.rollout != "tree":
+        if self.stage_credit == "turn" and self.rollout != "tree":
             self._value_error(f"stage_credit={self.stage_credit!r} needs rollout='tree' (a "
                               f"trajectory's responses all get its return already), got "
                               f"rollout={self.rollout!r}")

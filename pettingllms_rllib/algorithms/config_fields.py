@@ -92,7 +92,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "frozen_modules": Field(list, optional=True),
         "max_staleness": Field(int, minimum=0, maximum=1, optional=True),
         "importance_sampling_cap": Field(float, above=0),
-        "stage_credit": Field(str, choices=("none", "turn")),
+        "stage_credit": Field(str, choices=("auto", "none", "turn")),
         "start_from_checkpoint": Field(str, optional=True),
     },
     "resource_pools": {"pools": Field(dict, optional=True)},

@@ -204,6 +204,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 "weights_version": self.served_weights_version,
                 "worker_index": self.worker_index or 0, "env_steps": steps,
                 "tasks_dropped": len(result.dropped_tasks),
+                "failed_groups": dict(result.failed_groups),
                 "generate_s": generate.seconds, "sample_s": time.perf_counter() - start}
 
     @override(EnvRunner)

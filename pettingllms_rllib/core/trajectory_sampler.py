@@ -63,19 +63,20 @@ def regroup_by_task(result: TreeSampleResult,
     trajectories.
     """
     task_of_copy = {copy: task for copy, (task, _) in origin.items()}
+    # A task with a failed copy loses its whole group: GRPO needs all K trajectories.
+    dropped = sorted({task_of_copy[copy] for copy in result.dropped_tasks})
     returns = {episode.task: episode.agent_return for episode in result.episodes}
     records = []
     for record in result.records:
         copy = record.group_key.task
         task, index = origin[copy]
+        if task in dropped:
+            continue
         trajectory_return = float(returns[copy].get(record.agent, 0.0))
         records.append(dataclasses.replace(
             record, group_key=GroupKey(task, WHOLE_TASK_AGENT, WHOLE_TASK_TURN),
             branch=index, reward=trajectory_return))
     episodes = [dataclasses.replace(episode, task=task_of_copy[episode.task])
-                for episode in result.episodes]
-    dropped = sorted({task_of_copy[copy] for copy in result.dropped_tasks})
-    if dropped:  # a task with a failed copy loses its whole group: GRPO needs all K
-        records = [r for r in records if r.group_key.task not in dropped]
-        episodes = [e for e in episodes if e.task not in dropped]
-    return TreeSampleResult(records=records, episodes=episodes, dropped_tasks=dropped)
+                for episode in result.episodes if task_of_copy[episode.task] not in dropped]
+    return TreeSampleResult(records=records, episodes=episodes, dropped_tasks=dropped,
+                            failed_groups=result.failed_groups, num_groups=result.num_groups)

@@ -1,7 +1,7 @@
 """The text-env protocol (see :mod:`pettingllms_rllib.envs.base`)."""
 
 from pettingllms_rllib.envs.base import (
-    SPLITS, TRAIN_SEED_LIMIT, ParseResult, Prompt, Role, StageOutcome, TextParallelEnv,
+    SPLITS, TRAIN_SEED_LIMIT, EnvContractError, ParseResult, Prompt, Role, StageOutcome, TextParallelEnv,
     answer_prefix_of, split_of_seed, task_name)
 from pettingllms_rllib.envs.conformance import (
     check_clone_contract, check_splits_disjoint, check_text_env)
@@ -14,13 +14,14 @@ from pettingllms_rllib.envs.registry import (
     registered_env_ids,
 )
 from pettingllms_rllib.envs.wrappers import (
-    AECTextEnv, NotATextEnvError, ParallelTextEnv, wrap_aec_env, wrap_parallel_env)
+    AECTextEnv, NotATextEnvError, ParallelTextEnv, require_text_env, wrap_aec_env,
+    wrap_parallel_env)
 
 __all__ = [
-    "ParseResult", "Prompt", "Role", "StageOutcome", "TextParallelEnv", "answer_prefix_of",
+    "EnvContractError", "ParseResult", "Prompt", "Role", "StageOutcome", "TextParallelEnv", "answer_prefix_of",
     "check_clone_contract", "check_splits_disjoint", "check_text_env", "get_env_creator", "make_text_env", "register_text_env",
     "registered_env_ids", "SPLITS", "TRAIN_SEED_LIMIT", "split_of_seed", "task_name",
-    "AECTextEnv", "NotATextEnvError", "ParallelTextEnv", "wrap_aec_env", "wrap_parallel_env",
+    "AECTextEnv", "NotATextEnvError", "ParallelTextEnv", "require_text_env", "wrap_aec_env", "wrap_parallel_env",
     "TooFewInstancesError", "distinct_instance_seeds", "instance_fingerprint",
     "shared_instances",
 ]

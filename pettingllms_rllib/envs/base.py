@@ -45,6 +45,54 @@ TRAIN_SEED_LIMIT = 1_000_000_000
 SPLITS = ("train", "test")
 
 
+class EnvContractError(ValueError):
+    """An env broke the text-env contract (a reward for an agent it does not have, a NaN
+    reward, a non-text observation, a parse error of the wrong type). Raised at the step
+    where it happens, naming the agent, the step and the fix; the samplers never retry or
+    skip it, since training on it would train on a wrong number."""
+
+
+def parse_error_text(value: Any, *, agent: str = "?", where: str = "") -> str | None:
+    """``infos[agent]["parse_error"]`` as the library reads it: ``None`` when the answer
+    parsed (None, False or ""), else the reason (a string as given; True becomes a generic
+    reason). Any other type raises :class:`EnvContractError`."""
+    if value is None or value is False or value == "":
+        return None
+    if value is True:
+        return "the env reported a parse error"
+    if isinstance(value, str):
+        return value
+    raise EnvContractError(
+        f"{where}infos[{agent!r}]['parse_error'] is {type(value).__name__} {value!r}; report "
+        "None or False when the answer parsed, a string (the reason) or True when it did not")
+
+
+def check_step_output(where: str, possible_agents: Sequence[str],
+                      observations: Mapping[str, Any], rewards: Mapping[str, Any]) -> None:
+    """Raise :class:`EnvContractError` for a reward to an agent the env does not have, a
+    reward that is not a finite number, or an observation that is not text. ``where`` names
+    the env and the step in the message."""
+    known = set(possible_agents)
+    for agent, reward in rewards.items():
+        if agent not in known:
+            raise EnvContractError(
+                f"{where}paid a reward to {agent!r}, which is not one of possible_agents "
+                f"{sorted(known)}; pay rewards only to the env's agents")
+        try:
+            value = float(reward)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not np.isfinite(value):
+            raise EnvContractError(
+                f"{where}paid {agent!r} the reward {reward!r}; rewards must be finite numbers "
+                "(a NaN or inf reward would turn every advantage of its group into NaN)")
+    for agent, observation in observations.items():
+        if not isinstance(observation, str):
+            raise EnvContractError(
+                f"{where}returned a {type(observation).__name__} observation for {agent!r}; "
+                "observations must be str prompts (render the state as text)")
+
+
 def task_name(env_id: str, seed: int) -> str:
     """The name of one task instance (a tree root) in records, episodes and transcripts."""
     return f"{env_id}/seed={int(seed)}"
@@ -160,6 +208,10 @@ class TextParallelEnv(ParallelEnv):
     metadata: dict[str, Any] = {"name": "text_env_v0"}
     roles: Mapping[str, Role] = {}
     workflow: Sequence[tuple[str, ...]] = ()
+    #: Whether a step can pay an agent that did not act in it (docs/custom_env.md, "The
+    #: reward contract"). This base class pays only the acting agents, so the tree sampler
+    #: plays candidates on only where stage credit asks for the turn's team outcome.
+    pays_idle_agents: bool = False
 
     def __init__(self, *, alpha: float = 1.0, max_turns: int = 3,
                  invalid_action_penalty: float = -1.0,
@@ -228,6 +280,14 @@ class TextParallelEnv(ParallelEnv):
             if not result.ok:
                 logger.debug("invalid action from %s: %s", agent, result.error)
         outcome = self._apply_stage(stage, parsed, raw_text)
+        where = f"{type(self).__name__} (turn {self.turn}, stage {self.stage_index}): "
+        strangers = set(outcome.local) - set(stage)
+        if strangers:
+            raise EnvContractError(
+                f"{where}_apply_stage paid local rewards to {sorted(strangers)}, who did not "
+                f"act in stage {stage}; a stage pays only its acting agents")
+        check_step_output(where, self.possible_agents, {},
+                          {**outcome.local, **{a: outcome.team for a in stage}})
         self.last_responses.update(raw_text)
 
         self.stage_index += 1
@@ -293,7 +353,13 @@ class TextParallelEnv(ParallelEnv):
         a :class:`Prompt` where the agent's answer has a prefix, else a plain ``str``."""
         observations = {}
         for agent in self.agents:
-            text, prefix = self._clip_observation(self._observe(agent)), self.answer_prefix(agent)
+            text = self._observe(agent)
+            if not isinstance(text, str):
+                raise EnvContractError(
+                    f"{type(self).__name__}._observe({agent!r}) returned a "
+                    f"{type(text).__name__} (turn {self.turn}, stage {self.stage_index}); "
+                    "observations must be str prompts")
+            text, prefix = self._clip_observation(text), self.answer_prefix(agent)
             observations[agent] = Prompt(text, prefix) if prefix else text
         return observations
 

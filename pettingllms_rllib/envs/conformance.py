@@ -18,6 +18,7 @@ import numpy as np
 
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, TextParallelEnv
 from pettingllms_rllib.envs.instances import shared_instances
+from pettingllms_rllib.envs.wrappers import require_text_env
 
 ActionFn = Callable[[TextParallelEnv, int], Mapping[str, str]]
 
@@ -50,6 +51,7 @@ def check_clone_contract(env: TextParallelEnv, *, seed: int = 0, max_steps: int 
     every step. Independence is checked by stepping a second clone first and verifying the
     original's next step is unaffected.
     """
+    require_text_env(env)
     action_fn = action_fn or _garbage_actions
     for warmup in clone_after_steps:
         env.reset(seed=seed)
@@ -99,7 +101,9 @@ def check_text_env(env_factory: Callable[[], TextParallelEnv], *, seeds: Sequenc
     """
     from pettingzoo.test import parallel_api_test
 
-    parallel_api_test(env_factory(), num_cycles=num_cycles)
+    env = env_factory()
+    require_text_env(env)
+    parallel_api_test(env, num_cycles=num_cycles)
     for seed in seeds:
         env = env_factory()
         check_clone_contract(env, seed=seed)

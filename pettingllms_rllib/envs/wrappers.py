@@ -8,10 +8,17 @@ read the protocol's pieces from what a plain env already returns:
   (a parallel stage); for an AEC env, ``agent_selection`` (one agent per stage);
 * **reward parts**: ``infos[agent]["reward_team"]`` / ``["reward_local"]`` when present, else
   the whole reward counts as local (team 0), so ``alpha * team + local`` is the env's reward;
-* **parse errors**: ``infos[agent]["parse_error"]`` when present (else none is known);
+* **parse errors**: ``infos[agent]["parse_error"]`` when present: None, False or "" (it
+  parsed), True or a reason string (it did not); else none is known;
 * **success**: ``infos[agent]["success"]`` when present (else False);
-* **turn and stage** (AT-GRPO's group key is (task, agent, turn)): ``infos[agent]["turn"]``
-  and ``["stage"]`` when present, else each step is its own turn;
+* **turn and stage** (AT-GRPO's group key is (task, agent, turn, stage)): ``infos[agent]
+  ["turn"]`` and ``["stage"]`` when the env reports them; else inferred from who acts: a
+  stage is one step, and a new turn starts when an agent that already acted in this turn
+  acts again (so roles acting one after another share a turn, and agents that all act on
+  every step make every step a turn); with ``turn`` reported alone, the stage counts the
+  steps since the turn changed;
+* **rewards paid to idle agents**: kept, with their team/local parts (the reward contract in
+  docs/custom_env.md: they belong to the agent's most recent action);
 * **clones** (tree sampling scores each of K candidates on its own copy): the env's
   ``clone()`` when it defines one, else a deep copy, checked when the wrapper is built.
 
@@ -30,6 +37,8 @@ import gymnasium
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
 
+from pettingllms_rllib.envs.base import check_step_output, parse_error_text
+
 #: What the sampler and the conformance checks use of a text env, beyond PettingZoo's API.
 PROTOCOL_ATTRIBUTES = ("acting_agents", "clone", "current_observations", "prompt_examples",
                        "turn", "stage_index", "alpha")
@@ -43,6 +52,20 @@ class NotATextEnvError(TypeError):
 def missing_protocol_attributes(env: Any) -> list[str]:
     """The names of :data:`PROTOCOL_ATTRIBUTES` that ``env`` lacks (empty for a text env)."""
     return [name for name in PROTOCOL_ATTRIBUTES if not hasattr(env, name)]
+
+
+def require_text_env(env: Any) -> None:
+    """Raise :class:`NotATextEnvError` unless ``env`` honours the text-env protocol; for a
+    plain PettingZoo env the message names the wrapper that makes it one."""
+    missing = missing_protocol_attributes(env)
+    if not missing:
+        return
+    cls = env if isinstance(env, type) else type(env)
+    wrapper = "wrap_aec_env" if issubclass(cls, AECEnv) else "wrap_parallel_env"
+    raise NotATextEnvError(
+        f"{cls.__name__} is not a text env: it lacks {', '.join(missing)} (the text-env "
+        f"protocol). A plain PettingZoo env needs no rewrite: use {wrapper}({cls.__name__}) "
+        "(pettingllms_rllib.envs; docs/custom_env.md)")
 
 
 def _check_text_spaces(env: Any, agents, kind: str) -> None:
@@ -67,6 +90,13 @@ def _check_text_observations(env: Any, observations: Mapping[str, Any]) -> None:
 class _TextEnvView(ParallelEnv):
     """What both wrappers share: the protocol's bookkeeping over the inner env's infos."""
 
+    #: A plain env may pay any agent on any step (a team outcome on the last role's step).
+    #: An inner env that never does can say so with ``pays_idle_agents = False``, which
+    #: spares the tree sampler's play-on (docs/custom_env.md, "The reward contract").
+    @property
+    def pays_idle_agents(self) -> bool:
+        return bool(getattr(self.env, "pays_idle_agents", True))
+
     def __init__(self, env: Any, *, alpha: float | None):
         self.env = env
         self.alpha = float(alpha if alpha is not None else getattr(env, "alpha", 1.0))
@@ -79,6 +109,7 @@ class _TextEnvView(ParallelEnv):
         self.task_seed: int | None = None
         self._observations: dict[str, str] = {}
         self._acting: tuple[str, ...] = ()
+        self._acted_this_turn: set[str] = set()
         self._steps = 0
 
     # ------------------------------------------------------------------ PettingZoo API
@@ -114,6 +145,7 @@ class _TextEnvView(ParallelEnv):
         twin.env = inner_clone()
         twin.agents, twin.metadata = list(self.agents), dict(self.metadata)
         twin._observations = dict(self._observations)
+        twin._acted_this_turn = set(self._acted_this_turn)
         return twin
 
     def check_clonable(self) -> None:
@@ -149,15 +181,37 @@ class _TextEnvView(ParallelEnv):
             out["reward_team"], out["reward_local"] = 0.0, float(reward)
         out["success"] = bool(info.get("success", False))
         out["acted"] = acted
-        out.setdefault("parse_error", None)
+        out["parse_error"] = parse_error_text(info.get("parse_error"), agent=agent,
+                                              where=self._where())
         return out
 
-    def _position(self, infos: Mapping[str, Mapping[str, Any]]) -> None:
-        """Turn and stage from the env's infos when it reports them, else one turn a step."""
-        reported = [info for info in infos.values() if "turn" in info]
-        self.turn = int(reported[0]["turn"]) if reported else self._steps
-        staged = [info for info in infos.values() if "stage" in info]
-        self.stage_index = int(staged[0]["stage"]) if staged else 0
+    def _where(self) -> str:
+        return f"{type(self.env).__name__} (step {self._steps}): "
+
+    def _check_step(self, observations: Mapping[str, Any], rewards: Mapping[str, Any]) -> None:
+        check_step_output(self._where(), self.possible_agents, observations, rewards)
+
+    def _position(self, infos: Mapping[str, Mapping[str, Any]], acted: tuple[str, ...] = (),
+                  *, reset: bool = False) -> None:
+        """Turn and stage after a step (module docstring): as the env reports them, else
+        inferred from who acted and who acts next."""
+        reported = [int(info["turn"]) for info in infos.values() if "turn" in info]
+        staged = [int(info["stage"]) for info in infos.values() if "stage" in info]
+        if reset:
+            self.turn, self.stage_index = (reported[0] if reported else 0), 0
+            self._acted_this_turn = set()
+        elif reported:
+            self.stage_index = 0 if reported[0] != self.turn else self.stage_index + 1
+            self.turn = reported[0]
+        else:
+            self._acted_this_turn |= set(acted)
+            if self._acted_this_turn & set(self._acting):
+                self.turn, self.stage_index = self.turn + 1, 0
+                self._acted_this_turn = set()
+            else:
+                self.stage_index += 1
+        if staged:
+            self.stage_index = staged[0]
 
 
 class ParallelTextEnv(_TextEnvView):
@@ -181,7 +235,7 @@ class ParallelTextEnv(_TextEnvView):
         self.agents = list(self.env.agents)
         self._observations = dict(observations)
         self._acting = self._who_acts(infos)
-        self._position(infos)
+        self._position(infos, reset=True)
         infos = {a: self._protocol_info(a, infos.get(a, {}), reward=None, acted=False,
                                         done=False) for a in self.agents}
         return self.current_observations(), infos
@@ -193,14 +247,14 @@ class ParallelTextEnv(_TextEnvView):
         sent = {a: (actions.get(a) if a in acting and isinstance(actions.get(a), str) else "")
                 for a in self.agents}
         observations, rewards, terminations, truncations, infos = self.env.step(sent)
-        _check_text_observations(self.env, observations)
         self._steps += 1
+        self._check_step(observations, rewards)
         self._observations.update(observations)
         before = list(self.agents)
         self.agents = [a for a in self.env.agents
                        if not (terminations.get(a) or truncations.get(a))]
         self._acting = self._who_acts(infos)
-        self._position(infos)
+        self._position(infos, acting)
         out_infos = {a: self._protocol_info(a, infos.get(a, {}), reward=rewards.get(a, 0.0),
                                             acted=a in acting, done=a not in self.agents)
                      for a in before}
@@ -228,16 +282,16 @@ class AECTextEnv(_TextEnvView):
                                    or self.env.truncations.get(self.env.agent_selection)):
             self.env.step(None)
 
-    def _sync(self) -> None:
+    def _sync(self, acted: tuple[str, ...] = (), *, reset: bool = False) -> None:
         self.agents = list(self.env.agents)
         self._acting = (self.env.agent_selection,) if self.agents else ()
         self._observations = self._observe_all()
-        self._position(dict(self.env.infos))
+        self._position(dict(self.env.infos), acted, reset=reset)
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         self.env.reset(seed=seed, options=options)
         self.task_seed, self._steps = seed, 0
-        self._sync()
+        self._sync(reset=True)
         infos = {a: self._protocol_info(a, self.env.infos.get(a, {}), reward=None, acted=False,
                                         done=False) for a in self.agents}
         return self.current_observations(), infos
@@ -250,6 +304,7 @@ class AECTextEnv(_TextEnvView):
         self.env.step(action if isinstance(action, str) else "")
         self._steps += 1
         before = list(self.agents)
+        self._check_step({}, dict(self.env.rewards))
         rewards = {a: float(self.env.rewards.get(a, 0.0)) for a in before}
         terminations = {a: bool(self.env.terminations.get(a, False)) for a in before}
         truncations = {a: bool(self.env.truncations.get(a, False)) for a in before}
@@ -260,7 +315,7 @@ class AECTextEnv(_TextEnvView):
         if finished or not self.env.agents:
             self.agents, self._acting = [], ()
         else:
-            self._sync()
+            self._sync((agent,))
         out_infos = {a: self._protocol_info(a, infos[a], reward=rewards[a], acted=a == agent,
                                             done=a not in self.agents) for a in before}
         return self._observations_of(before), rewards, terminations, truncations, out_infos

@@ -79,7 +79,7 @@ def test_greedy_branch_is_the_state_the_next_stage_sees():
 def test_batched_engine_calls_one_per_module_per_stage():
     engine = ScriptedEngine({"adder": ["1"] * 2, "checker": ["0"] * 2})
     mapping = {"adder": "adder_policy", "checker": "checker_policy"}
-    TreeSampler(engine, mapping.__getitem__, num_branches=2).run(
+    TreeSampler(engine, mapping.__getitem__, num_branches=2, stage_credit="none").run(
         _roots(4, max_turns=2, target=100))
     # 2 turns x 2 stages, each one call with all 4 tasks' prompts for the acting module
     assert [(m, len(p), n) for m, p, n in engine.calls] == [
@@ -152,7 +152,7 @@ class _RaisingCounterEnv(ToyCounterEnv):
         return super()._apply_stage(stage, parsed, raw)
 
 
-def test_a_task_whose_env_raises_is_dropped_and_the_others_go_on():
+def test_a_task_whose_env_keeps_raising_loses_the_failed_group_and_its_episode_only():
     engine = ScriptedEngine({"adder": ["0", "1"], "checker": ["0", "1"]})
     roots = _roots(2, max_turns=3, target=100)
     broken = _RaisingCounterEnv(max_turns=3, target=100)
@@ -160,7 +160,10 @@ def test_a_task_whose_env_raises_is_dropped_and_the_others_go_on():
     roots["broken"] = broken
     result = TreeSampler(engine, lambda a: "m", num_branches=2).run(roots)
     assert result.dropped_tasks == ["broken"]
-    assert {r.group_key.task for r in result.records} == {"task0", "task1"}
+    # Its turn-0 groups were complete and stay; the turn-1 group whose env failed goes.
+    broken_keys = {r.group_key for r in result.records if r.group_key.task == "broken"}
+    assert {(k.agent, k.turn) for k in broken_keys} == {("adder", 0), ("checker", 0)}
+    assert result.failed_groups == {"adder": 1}
     assert sorted(e.task for e in result.episodes) == ["task0", "task1"]
     assert all(e.num_turns == 3 for e in result.episodes)  # the others played to the end
 
@@ -253,5 +256,6 @@ def test_the_last_stage_of_a_turn_gets_no_credit():
 
 
 def test_an_unknown_stage_credit_is_refused():
-    with pytest.raises(ValueError, match=r"stage_credit='episode'; accepted: \('none', 'turn'\)"):
+    with pytest.raises(ValueError,
+                       match=r"stage_credit='episode'; accepted: \('auto', 'none', 'turn'\)"):
         TreeSampler(lambda *a: [], lambda a: a, num_branches=2, stage_credit="episode")
