@@ -165,12 +165,14 @@ class TreeSampler:
         max_stages: safety cap on stages per episode (the env's own turn budget normally ends
             it); a task still running after it is dropped with a warning, since its env
             never terminates (``check_text_env`` catches such an env before training).
-        stage_credit: "auto", "turn" or "none" (module docstring).
+        stage_credit: "none" (the paper's immediate reward; the default here: evaluation and
+            serving search without it), "auto" or "turn" (module docstring; training takes
+            ATGRPOConfig's, "auto" by default).
         max_failed_group_share: the share of groups that may fail before the run stops.
     """
 
     def __init__(self, generate: GenerateFn, module_for_agent: Callable[[str], str], *,
-                 num_branches: int, max_stages: int = 10_000, stage_credit: str = "auto",
+                 num_branches: int, max_stages: int = 10_000, stage_credit: str = "none",
                  max_failed_group_share: float = MAX_FAILED_GROUP_SHARE):
         if int(num_branches) < 1:
             raise ValueError(f"num_branches (K) must be >= 1, got {num_branches}")
