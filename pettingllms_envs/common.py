@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import logging
 import math
 import threading
@@ -19,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
+from pettingllms_rllib.envs.instances import hash_split  # noqa: F401  (the tasks' split)
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 
 logger = logging.getLogger(__name__)
@@ -314,15 +314,6 @@ class ToolPlannerEnv(TextParallelEnv):
 
 
 # ------------------------------------------------------------------------------ argument checks
-def hash_split(key: str, test_fraction: float) -> str:
-    """``"test"`` for a stable ``test_fraction`` share of keys, else ``"train"``: the first 8
-    bytes of ``sha256(key)`` read as a number in [0, 1) are compared with the fraction, so a
-    key's split never depends on the process, the file order or the other keys, and a larger
-    fraction only moves keys into the test split."""
-    digest = hashlib.sha256(key.encode("utf-8", errors="replace")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") / 2.0 ** 64 < test_fraction else "train"
-
-
 def check_int(name: str, value: Any, *, minimum: int) -> int:
     """``value`` as an int, or a ValueError naming the argument."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:

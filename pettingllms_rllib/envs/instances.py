@@ -81,3 +81,13 @@ def distinct_instance_seeds(env: TextParallelEnv, num_instances: int, *,
         f"distinct instances, fewer than the {num_instances} asked for; evaluate fewer "
         f"instances, give this split more instances (a larger task size, a larger test share) "
         f"or allow repeated instances")
+
+
+def hash_split(key: str, test_fraction: float) -> str:
+    """``"test"`` for a stable ``test_fraction`` share of keys, else ``"train"``: the first 8
+    bytes of ``sha256(key)`` read as a number in [0, 1) are compared with the fraction, so a
+    key's split never depends on the process, the file order or the other keys, and a larger
+    fraction only moves keys into the test split. Envs split instances by content with it
+    (an instance's key in the split its seed asks for: :func:`split_of_seed`)."""
+    digest = hashlib.sha256(key.encode("utf-8", errors="replace")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2.0 ** 64 < test_fraction else "train"
