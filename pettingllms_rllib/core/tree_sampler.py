@@ -199,7 +199,13 @@ class TreeSampler:
         for task, env in roots.items():
             if not env.agents:
                 raise ValueError(f"task {task!r}: env is not reset (no live agents)")
-            state = env.clone()
+            try:
+                state = env.clone()
+            except Exception as exc:
+                raise EnvContractError(
+                    f"task {task!r}: {type(env).__name__}.clone() raised {type(exc).__name__}: "
+                    f"{exc}; tree sampling scores each candidate on its own clone, so define "
+                    "clone() (an independent copy in the same state, RNG included)") from exc
             live.append(_Live(task, state, state.current_observations(), EpisodeSummary(task=task)))
         records: list[SampleRecord] = []
         summaries = [item.summary for item in live]

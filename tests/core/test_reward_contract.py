@@ -295,3 +295,18 @@ def test_explicit_turn_credit_on_an_env_where_it_never_applies_warns_once(caplog
                     stage_credit="turn").run(_roots(wrap_parallel_env(_Together), seeds=(0,)))
     assert caplog.text.count("stage_credit='turn' credited nothing") == 1
     assert "must report infos[agent]['acting']" in caplog.text
+
+
+class _Unclonable(HintGame):
+    def clone(self):
+        raise RuntimeError("holds a socket")
+
+
+def test_an_env_that_cannot_be_cloned_is_refused_before_any_candidate():
+    env = wrap_parallel_env(HintGame)()
+    env.reset(seed=0)
+    env.env = _Unclonable()
+    env.env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"task 't': ParallelTextEnv.clone\(\) raised "
+                                               r"RuntimeError: holds a socket; tree sampling"):
+        TreeSampler(ScriptedEngine(["1", "2"]), lambda a: a, num_branches=2).run({"t": env})
