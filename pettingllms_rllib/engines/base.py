@@ -9,6 +9,7 @@ under the *behaviour* policy at the sampling temperature the learner also uses.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Mapping, Protocol, Sequence
 
 from pettingllms_rllib.envs.base import answer_prefix_of
@@ -59,10 +60,75 @@ class Completion:
     finish_reason: str
 
 
+#: Where a message's text goes while the chat template is rendered: private-use characters,
+#: which no env prompt holds (prompts are printable ASCII) and no chat template writes.
+_CONTENT_SLOT = "\ue000pettingllms-message-{}\ue000"
+#: Roles whose text is the run's own configuration, parsed with the template's control tokens.
+TRUSTED_ROLES = ("system",)
+
+
+def encode_untrusted_text(tokenizer, text: str) -> list[int]:
+    """Token ids of text an agent, a program or a client wrote: a special token's spelling in
+    it (``<|im_start|>``) is encoded as the characters it is made of, never as the control
+    token, so printed ChatML cannot open a forged turn (docs/sandbox.md, "What a program's
+    output can do")."""
+    return list(tokenizer(str(text), add_special_tokens=False,
+                          split_special_tokens=True)["input_ids"])
+
+
+def encode_chat(tokenizer, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Token ids of a chat with the generation prompt, where only the chat template's own
+    text can produce control tokens: each message's text (but a system message's, the run's
+    configuration) is untrusted (:func:`encode_untrusted_text`).
+
+    The template is rendered with a placeholder for each untrusted text, its text is split at
+    its control tokens, and each run of text between two control tokens (template text and
+    message text together, as a tokenizer would see it) is encoded without special tokens.
+    That is how a tokenizer encodes a whole rendered chat, so for text holding no special
+    token's spelling the ids are exactly ``apply_chat_template(..., tokenize=True)``'s
+    (``tests/engines/test_untrusted_text.py``)."""
+    slots = [dict(m, content=_CONTENT_SLOT.format(i)) if m["role"] not in TRUSTED_ROLES
+             else dict(m) for i, m in enumerate(messages)]
+    rest = tokenizer.apply_chat_template(slots, add_generation_prompt=True, tokenize=False)
+    pieces: list[tuple[str, bool]] = []  # (text, whether the template wrote it)
+    for index, message in enumerate(messages):
+        if message["role"] in TRUSTED_ROLES:
+            continue
+        before, found, rest = rest.partition(_CONTENT_SLOT.format(index))
+        if not found:
+            raise ValueError(f"the chat template does not write message {index}'s text "
+                             "where it renders the message")
+        pieces += [(before, True), (str(message["content"]), False)]
+    pieces.append((rest, True))
+    controls = dict(tokenizer.added_tokens_encoder)
+    splitter = (re.compile("|".join(re.escape(t) for t in sorted(controls, key=len, reverse=True)))
+                if controls else None)
+    ids: list[int] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if "".join(run):
+            ids.extend(encode_untrusted_text(tokenizer, "".join(run)))
+        run.clear()
+
+    for text, from_template in pieces:
+        start = 0
+        for match in (splitter.finditer(text) if from_template and splitter else ()):
+            run.append(text[start:match.start()])
+            flush()
+            ids.append(int(controls[match.group()]))
+            start = match.end()
+        run.append(text[start:])
+    flush()
+    return ids
+
+
 def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None) -> list[int]:
     """Token ids of one prompt as every engine shows it to the model: the chat template with the
     generation prompt when the tokenizer has one, the plain text otherwise, then the prompt's
-    answer prefix when it is a :class:`~pettingllms_rllib.envs.base.Prompt` with one.
+    answer prefix when it is a :class:`~pettingllms_rllib.envs.base.Prompt` with one. The
+    prompt's text is untrusted (it holds other agents' answers and programs' output):
+    :func:`encode_untrusted_text`.
 
     All engines encode through this one function, so the HF and vLLM engines (and the learner,
     which receives these ids) always agree on the prompt tokens.
@@ -71,12 +137,12 @@ def encode_chat_prompt(tokenizer, prompt: str, system_prompt: str | None = None)
         messages = []
         if system_prompt is not None:
             messages.append({"role": "system", "content": system_prompt})
-        messages.append({"role": "user", "content": prompt})
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                            tokenize=True, return_dict=True)["input_ids"]
+        messages.append({"role": "user", "content": str(prompt)})
+        ids = encode_chat(tokenizer, messages)
     else:
         text = prompt if system_prompt is None else f"{system_prompt}\n\n{prompt}"
-        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+        ids = tokenizer(str(text), add_special_tokens=True,
+                        split_special_tokens=True)["input_ids"]
     if len(ids) == 0:
         raise ValueError(f"prompt {prompt!r} encodes to no tokens; the model needs one")
     prefix = answer_prefix_of(prompt)

@@ -29,8 +29,8 @@ from typing import Any, Sequence
 import torch
 
 from pettingllms_rllib.core.tree_sampler import TreeSampler
-from pettingllms_rllib.engines.base import (SamplingConfig, encode_chat_prompt, encode_requests,
-                                             with_answer_prefixes)
+from pettingllms_rllib.engines.base import (SamplingConfig, encode_chat, encode_chat_prompt,
+                                            encode_requests, with_answer_prefixes)
 from pettingllms_rllib.envs.base import task_name
 from pettingllms_rllib.envs.registry import make_text_env, registered_env_ids
 from pettingllms_rllib.evaluation import evaluate as ev
@@ -135,9 +135,7 @@ class TeamService:
         elif getattr(tokenizer, "chat_template", None):
             if not system and self.policies.system_prompt is not None:
                 messages.insert(0, {"role": "system", "content": self.policies.system_prompt})
-            ids = list(tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True,
-                return_dict=True)["input_ids"])
+            ids = encode_chat(tokenizer, messages)
         else:
             raise RequestError("messages", "this model has no chat template: send one user "
                                            "message (and at most one system message)")
