@@ -98,6 +98,14 @@ def task_name(env_id: str, seed: int) -> str:
     return f"{env_id}/seed={int(seed)}"
 
 
+def reset_seed(seed: int | None, options: Mapping[str, Any] | None) -> int | None:
+    """The task seed a ``reset(seed, options)`` asks for: ``seed``, else ``options
+    ["task_seed"]`` (how RLlib's env runners pass it), else None."""
+    if seed is None and options and "task_seed" in options:
+        return int(options["task_seed"])
+    return seed
+
+
 def split_of_seed(seed: int | None) -> str:
     """``"train"`` for seeds below :data:`TRAIN_SEED_LIMIT` (and None), else ``"test"``."""
     return "test" if seed is not None and int(seed) >= TRAIN_SEED_LIMIT else "train"
@@ -257,8 +265,7 @@ class TextParallelEnv(ParallelEnv):
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         options = dict(options or {})
-        if seed is None and "task_seed" in options:
-            seed = int(options["task_seed"])
+        seed = reset_seed(seed, options)
         self.np_random = np.random.default_rng(seed)
         self.task_seed = seed
         self.agents = list(self.possible_agents)

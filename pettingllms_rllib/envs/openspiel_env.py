@@ -104,7 +104,7 @@ from pettingzoo import ParallelEnv
 
 from pettingllms_rllib.envs.base import (DEFAULT_MAX_ACTION_CHARS,
                                          DEFAULT_MAX_OBSERVATION_CHARS, TEXT_CHARSET,
-                                         split_of_seed)
+                                         reset_seed, split_of_seed)
 from pettingllms_rllib.envs.instances import hash_split
 
 logger = logging.getLogger(__name__)
@@ -311,9 +311,7 @@ class OpenSpielTextEnv(ParallelEnv):
         return self._action_text
 
     def reset(self, seed: int | None = None, options: dict | None = None):
-        options = dict(options or {})
-        if seed is None and "task_seed" in options:
-            seed = int(options["task_seed"])
+        seed = reset_seed(seed, options)
         self.np_random = np.random.default_rng(seed)
         self.task_seed = seed
         self.steps = 0
