@@ -59,7 +59,9 @@ from pettingllms_rllib.core.batching import batches_per_module, records_to_train
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.timing import (TIME_PARTS, Stopwatch, rollout_seconds_waited,
                                            time_shares)
-from pettingllms_rllib.core.tree_sampler import EpisodeSummary
+from pettingllms_rllib.core.tree_sampler import EpisodeSummary, RolloutError
+from pettingllms_rllib.envs.base import EnvContractError
+from pettingllms_rllib.envs.registry import EnvImportError
 # This library's result keys, defined in metric_keys. AT_GRPO_RESULTS, ITERATION_SECONDS,
 # TIME_SECONDS, TIME_SHARE, RUNNERS_LOST, TASKS_DROPPED and HELD_OUT_SUCCESS are also
 # importable from here.
@@ -116,6 +118,18 @@ def _restarts_off(doing: str, exc: BaseException) -> str:
     return (f"an env runner failed while {doing} and restart_failed_env_runners is off (turn "
             f"it on with .fault_tolerance(restart_failed_env_runners=True)): "
             f"{type(exc).__name__}: {str(exc)[:300]}")
+
+
+#: Failures of the env itself that a runner raises: the run stops with them as they are, not
+#: as a lost runner (restarting one would meet the same env).
+_ENV_FAILURES = (RolloutError, EnvContractError, EnvImportError)
+
+
+def _raise_env_failure(exc: BaseException) -> None:
+    """Re-raise the env failure a runner's ``RayTaskError`` carries, if it carries one."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, _ENV_FAILURES):
+        raise cause from exc
 
 
 def _lost_runners(outputs: Sequence[dict[str, Any]], num_remote: int) -> list[int]:
@@ -581,6 +595,7 @@ class ATGRPO(Algorithm):
         try:
             outputs = list(group.foreach_env_runner(sample, local_env_runner=False))
         except RayError as exc:  # restarts off: RLlib re-raises the runner's death
+            _raise_env_failure(exc)
             raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
         return self._complete_sample(outputs, remote, sample)
 
@@ -620,6 +635,7 @@ class ATGRPO(Algorithm):
             outputs = [output for _, output in group.fetch_ready_async_reqs(
                 tags=self._SAMPLE_TAG, timeout_seconds=None)]
         except RayError as exc:  # restarts off: RLlib re-raises the runner's death
+            _raise_env_failure(exc)
             raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
         self._sample_in_flight = False
         remote = group.num_remote_env_runners()

@@ -51,3 +51,16 @@ def test_runners_in_step_pass_and_report_the_minimum_version():
 
 def test_before_the_first_sync_no_version_is_expected():
     ATGRPO._check_weights_versions(_algo(None), [{"worker_index": 0, "weights_version": 0}])
+
+
+def test_a_remote_runners_env_failure_stops_the_run_as_itself_not_as_a_lost_runner():
+    from ray.exceptions import RayTaskError
+
+    from pettingllms_rllib.algorithms.at_grpo import _raise_env_failure
+    from pettingllms_rllib.core.tree_sampler import RolloutError
+
+    failure = RolloutError("3 of 4 groups failed this iteration")
+    wrapped = RayTaskError("sample", "traceback", failure)
+    with pytest.raises(RolloutError, match="3 of 4 groups failed"):
+        _raise_env_failure(wrapped)
+    _raise_env_failure(RayTaskError("sample", "traceback", OSError("node died")))  # not ours
