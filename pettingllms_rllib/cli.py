@@ -39,16 +39,64 @@ def _workers_runtime_env() -> dict:
     return {"env_vars": {"PYTHONPATH": python_path}}
 
 
+#: What Tune writes into an experiment folder when a run starts; ``--resume`` needs it.
+TUNER_STATE_FILE = "tuner.pkl"
+
+
+def _local_resources(args: argparse.Namespace) -> dict | None:
+    """What one trial must fit in: the local Ray this command starts (``--num-cpus`` or the
+    machine's CPUs, the machine's GPUs); None joining a cluster (``--address``): checked once
+    connected (:func:`_cluster_problems`)."""
+    from pettingllms_rllib.algorithms.config import machine_resources
+
+    if args.address:
+        return None
+    resources = machine_resources()
+    if args.num_cpus is not None:
+        resources["CPU"] = float(args.num_cpus)
+    return resources
+
+
+def _resume_problem(args: argparse.Namespace, experiment_dir: Path) -> str | None:
+    """Why ``--resume`` cannot continue anything in ``experiment_dir`` (None: it can)."""
+    if (experiment_dir / TUNER_STATE_FILE).is_file():
+        return None
+    found = "does not exist" if not experiment_dir.exists() else (
+        f"holds no run (no {TUNER_STATE_FILE})")
+    return (f"--resume: {experiment_dir} {found}; accepted: the --output folder (now "
+            f"{args.output!r}) and experiment name of an earlier `train`, or no --resume to "
+            "start a fresh run")
+
+
+def _cluster_problems(experiment) -> list[str]:
+    """Each trial config's resources against the Ray cluster this command joined."""
+    import ray
+
+    available = dict(ray.cluster_resources())
+    problems = []
+    for config in experiment.configs:
+        problems += config.resource_problems(available, "the Ray cluster")
+    return sorted(set(problems))
+
+
 def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.experiment import ExperimentError, load_experiment
 
     _import_from_here()
+    if args.num_cpus is not None and args.num_cpus < 1:
+        logger.error("--num-cpus: %d is not accepted; expected an integer >= 1", args.num_cpus)
+        return 2
     try:
-        experiment = load_experiment(args.config, args.set or [])
+        experiment = load_experiment(args.config, args.set or [],
+                                     resources=_local_resources(args))
     except ExperimentError as exc:
         logger.error("%s", exc)
         return 2
     output = Path(args.output).resolve()
+    experiment_dir = output / experiment.name
+    if args.resume and (problem := _resume_problem(args, experiment_dir)):
+        logger.error("%s", problem)
+        return 2
     output.mkdir(parents=True, exist_ok=True)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -68,13 +116,17 @@ def _train(args: argparse.Namespace) -> int:
     runtime_env = _workers_runtime_env() if experiment.imports else None
     if args.address:
         ray.init(address=args.address, runtime_env=runtime_env)
+        problems = _cluster_problems(experiment)  # before any trial waits for them forever
+        if problems:
+            logger.error("%s", "; ".join(problems))
+            ray.shutdown()
+            return 2
     else:
         ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=True,
                  runtime_env=runtime_env, logging_level=logging.WARNING)
-    experiment_dir = output / experiment.name
     stop_iteration = experiment.stop.get("training_iteration")
     progress = ProgressLine(stop_iteration if isinstance(stop_iteration, int) else None)
-    if args.resume and experiment_dir.exists():
+    if args.resume:
         logger.info("resuming %s from its last checkpoints", experiment_dir)
         repair_experiment_state(experiment_dir)  # a kill right after Tune pruned: see there
         tuner = tune.Tuner.restore(str(experiment_dir), trainable=ATGRPO, resume_errored=True)

@@ -21,8 +21,8 @@ from typing import Any, Mapping
 import yaml
 
 from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
-from pettingllms_rllib.algorithms.config_fields import (TUNE_FIELDS, Field, check_value,
-                                                        field_for, lora_problems)
+from pettingllms_rllib.algorithms.config_fields import (TUNE_FIELDS, check_value, field_for,
+                                                        lora_problems, stop_field)
 
 TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
@@ -32,9 +32,33 @@ SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resour
 NAMED_MAPPINGS = ("shared", "per_role")
 
 
+class ExperimentError(ValueError):
+    """A bad experiment file or override; the message names the bad value and the options."""
+
+
 class _Loader(yaml.SafeLoader):
     """YAML as users write it: ``1e-4`` is a number (PyYAML follows YAML 1.1, which wants
-    ``1.0e-4`` and would read ``1e-4`` as text, then refused as "not a number")."""
+    ``1.0e-4`` and would read ``1e-4`` as text, then refused as "not a number"), and a key
+    given twice in one mapping is an error (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Mark] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<:``, overridden on purpose
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the constructor's own error names it
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first given on line "
+                                    f"{first.line + 1}); accepted: each key once per mapping",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -43,12 +67,21 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)
-
-
-class ExperimentError(ValueError):
-    """A bad experiment file or override; the message names the bad value and the options."""
+def _load_yaml(text: str, source: str = "<text>") -> Any:
+    """Parse YAML; a syntax error or a duplicate key is one :class:`ExperimentError` line,
+    ``source:line:column: what``, not a traceback."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        what = " ".join(part for part in (exc.problem, f"({exc.context})" if exc.context
+                                          else None) if part)
+        if "'\\t'" in what:
+            what += "; YAML indents with spaces, not tabs"
+        raise ExperimentError(f"{where}: {what}") from None
+    except yaml.YAMLError as exc:  # unmarked (rare): still one line
+        raise ExperimentError(f"{source}: {' '.join(str(exc).split())}") from None
 
 
 class AgentModuleMap:
@@ -155,7 +188,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ExperimentError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
-    return key.strip(), _load_yaml(raw)
+    return key.strip(), _load_yaml(raw, source=f"--set {text!r}")
 
 
 def build_config(document: Mapping[str, Any], variant: Mapping[str, Any] | None = None
@@ -217,7 +250,7 @@ def _check_values(document: Mapping[str, Any], source: str) -> None:
     stop = document.get("stop")
     if isinstance(stop, dict):
         for metric, limit in stop.items():
-            problems.append(check_value(f"stop.{metric}", limit, Field(float)))
+            problems.append(check_value(f"stop.{metric}", limit, stop_field(metric)))
     for section, kwargs in (document.get("algorithm") or {}).items():
         for key, value in (kwargs or {}).items():
             problems.extend(_problems(f"{section}.{key}", section, key, value))
@@ -267,12 +300,21 @@ def import_env_modules(modules: list[str], *, source: str) -> None:
                                   "on PYTHONPATH or run from the folder that holds it") from exc
 
 
-def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
-    """Read, override, validate. Raises :class:`ExperimentError` before any Ray work."""
+def load_experiment(path: str | Path, overrides: list[str] = (), *,
+                    resources: Mapping[str, float] | None = None) -> Experiment:
+    """Read, override, validate. Raises :class:`ExperimentError` before any Ray work.
+
+    Args:
+        path: the experiment YAML.
+        overrides: ``key=value`` texts (the CLI's ``--set``).
+        resources: what one trial's placement group must fit in, ``{"CPU": n, "GPU": m}``
+            (the CLI passes the local Ray it starts); a trial asking for more would wait for
+            Ray forever. None: not checked (a GPU config validated on a CPU head node).
+    """
     path = Path(path)
     if not path.is_file():
         raise ExperimentError(f"experiment file {str(path)!r} does not exist")
-    document = _load_yaml(path.read_text()) or {}
+    document = _load_yaml(path.read_text(), source=str(path)) or {}
     _check_document(document, str(path))
     for text in overrides:
         set_dotted(document, *parse_override(text))
@@ -289,6 +331,8 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:
         try:
             config = build_config(document, variant)
             config.validate()
+            if resources is not None:
+                config.check_resources(dict(resources), where="the local Ray of this machine")
         except ExperimentError:
             raise
         except (ValueError, KeyError, TypeError, FileNotFoundError, ImportError) as exc:

@@ -43,6 +43,24 @@ AUTOCAST_DTYPES = (None, "bfloat16", "float16")
 GRID_KEY = "__grid__"
 
 
+def machine_resources() -> dict[str, float]:
+    """The CPUs and GPUs a local Ray started on this machine would have (Ray's own CPU count,
+    which honours container limits; CUDA's visible devices)."""
+    import os
+
+    import torch
+
+    try:
+        from ray._private.utils import get_num_cpus
+
+        cpus = float(get_num_cpus())
+    except Exception:  # a Ray without the helper: the OS's count
+        cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else os.cpu_count() or 1)
+    gpus = float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
+    return {"CPU": cpus, "GPU": gpus}
+
+
 class ATGRPOConfig(AlgorithmConfig):
     """Configuration of :class:`~pettingllms_rllib.algorithms.at_grpo.ATGRPO`.
 
@@ -169,7 +187,8 @@ class ATGRPOConfig(AlgorithmConfig):
             lora: peft ``LoraConfig`` keyword arguments; None (the default) = full fine-tuning.
                 With LoRA all modules share one base model and each ModuleID gets its own
                 adapter.
-            max_new_tokens: cap on tokens per response (64).
+            max_new_tokens: cap on tokens per response (64); at most the model's context
+                length (``max_position_embeddings`` of its config, checked by ``validate``).
             temperature: sampling temperature (1.0); the learner's log-probs use the same one,
                 so the policy/behaviour ratio starts at 1.
             system_prompt: optional system prompt prepended to every agent's chat.
@@ -241,13 +260,13 @@ class ATGRPOConfig(AlgorithmConfig):
         Args:
             num_branches: K, candidates branched per (task, agent, turn) (with
                 ``rollout="trajectories"``: K independent trajectories per task); >= 2, so a
-                group has a baseline (4).
+                group has a baseline, and <= ``config_fields.MAX_BRANCHES`` (256) (4).
             rollout: "tree" (AT-GRPO's tree sampling, groups keyed by (task, agent, turn);
                 the default) or "trajectories" (the vanilla multi-agent GRPO baseline: K
                 independent trajectories per task, each response rewarded with its agent's
                 trajectory return, ONE group per task; ``core/trajectory_sampler.py``).
             num_tasks_per_iteration: task instances (tree roots) per training iteration, split
-                across env runners (8).
+                across env runners; <= ``config_fields.MAX_TASKS_PER_ITERATION`` (4096) (8).
             frozen_modules: modules that act but are never trained (ablation: train one role
                 alone against the other's frozen base); None = train every module.
             advantage_normalization: "std" (GRPO, the default) or "mean" (Dr. GRPO).
@@ -465,6 +484,14 @@ class ATGRPOConfig(AlgorithmConfig):
 
     # ------------------------------------------------------------------ validation
     @override(AlgorithmConfig)
+    def _value_error(self, errmsg) -> None:
+        """RLlib's, without its "set ``_validate_config=False``" hint: every message here
+        names the key and what is accepted, and switching validation off is no fix for it."""
+        if self._validate_config:
+            raise ValueError(errmsg)
+        logger.warning(errmsg)
+
+    @override(AlgorithmConfig)
     def validate(self) -> None:
         super().validate()
         self.validate_at_grpo()
@@ -475,15 +502,11 @@ class ATGRPOConfig(AlgorithmConfig):
         from pettingllms_rllib.envs.instances import TooFewInstancesError, distinct_instance_seeds
         from pettingllms_rllib.envs.registry import make_text_env
 
-        problems = check_fields(self)  # types and ranges of every declared key
+        # Types, ranges and upper bounds of every declared key (K and T within their caps,
+        # max_new_tokens within the model's context, sandbox limits within this host).
+        problems = check_fields(self)
         if problems:
             self._value_error("; ".join(problems))
-        if int(self.num_branches) < 2:
-            self._value_error(f"num_branches (K) must be >= 2 for a group baseline, "
-                              f"got {self.num_branches}")
-        if int(self.num_tasks_per_iteration) < 1:
-            self._value_error(f"num_tasks_per_iteration must be >= 1, "
-                              f"got {self.num_tasks_per_iteration}")
         if self.rollout not in ROLLOUTS:
             self._value_error(f"rollout={self.rollout!r}; accepted: {ROLLOUTS}")
         if self.stage_credit == "turn" and self.rollout != "tree":
@@ -545,6 +568,74 @@ class ATGRPOConfig(AlgorithmConfig):
         if self.engine == "vllm":
             self._check_vllm_settings()
         self._check_gpu_memory()
+
+    # ------------------------------------------------------------------ Ray resources
+    def resource_request(self) -> list[dict[str, float]]:
+        """The bundles a Tune trial of this config reserves (``ATGRPO.default_resource_request``:
+        main process, env runners, evaluation runners, learners or each pool's learners). It
+        validates the config first, so :meth:`validate` cannot call it."""
+        from pettingllms_rllib.algorithms.at_grpo import ATGRPO
+
+        return [dict(bundle) for bundle in ATGRPO.default_resource_request(self).bundles]
+
+    def _resource_settings(self, resource: str) -> str:
+        """The settings that ask for CPUs or GPUs, with their values, for the error message."""
+        word = "cpus" if resource == "CPU" else "gpus"
+        parts = [f"env_runners.num_env_runners={self.num_env_runners} x "
+                 f"env_runners.num_{word}_per_env_runner="
+                 f"{getattr(self, f'num_{word}_per_env_runner')}"]
+        if resource == "CPU":
+            parts.insert(0, f"resources.num_cpus_for_main_process="
+                            f"{self.num_cpus_for_main_process}")
+        if self.evaluation_num_env_runners:
+            parts.append(f"evaluation.evaluation_num_env_runners="
+                         f"{self.evaluation_num_env_runners}")
+        pools = self.parsed_resource_pools
+        if pools is None:
+            parts.append(f"learners.num_learners={self.num_learners} x "
+                         f"learners.num_{word}_per_learner="
+                         f"{getattr(self, f'num_{word}_per_learner')}")
+        else:
+            parts += [f"resource_pools.pools.{pool.name}: num_learners={pool.num_learners} x "
+                      f"num_{word}_per_learner={getattr(pool, f'num_{word}_per_learner')}"
+                      for pool in pools]
+        return ", ".join(parts)
+
+    def resource_problems(self, available: dict[str, float], where: str) -> list[str]:
+        """Why a Tune trial of this config could never start on ``available`` (``{"CPU": n,
+        "GPU": m}``; Ray would wait for the placement group forever), one message per
+        resource naming the settings that ask for it; [] when it fits."""
+        request = self.resource_request()
+        remedies = {"CPU": "fewer runners or learners, fractional num_cpus_per_*, --num-cpus "
+                           "for a local Ray, or --address for a cluster that has them",
+                    "GPU": "no GPU settings on a machine without GPUs, fractional "
+                           "num_gpus_per_*, or --address for a cluster that has them"}
+        problems = []
+        for resource in ("CPU", "GPU"):
+            needed = sum(float(bundle.get(resource, 0)) for bundle in request)
+            have = float(available.get(resource, 0) or 0)
+            if needed > have + 1e-9:
+                problems.append(
+                    f"a trial asks for {needed:g} {resource}(s) in all ({len(request)} Ray "
+                    f"bundle(s): {self._resource_settings(resource)}) but {where} has "
+                    f"{have:g}; accepted: at most {have:g} in all ({remedies[resource]})")
+        return problems
+
+    def check_resources(self, available: dict[str, float] | None = None,
+                        where: str | None = None) -> None:
+        """Refuse, before Ray starts, a config whose trial asks for more CPUs or GPUs than
+        ``available`` (None: the running Ray cluster's totals where Ray is initialised, else
+        this machine's, :func:`machine_resources`). Raises ValueError naming the settings."""
+        if available is None:
+            import ray
+
+            if ray.is_initialized():
+                available, where = dict(ray.cluster_resources()), where or "the Ray cluster"
+            else:
+                available, where = machine_resources(), where or "this machine"
+        problems = self.resource_problems(available, where or "the Ray cluster")
+        if problems:
+            self._value_error("; ".join(problems))
 
     def _check_resource_pools(self, policies: set) -> None:
         from pettingllms_rllib.algorithms.resource_pools import assignment_problems

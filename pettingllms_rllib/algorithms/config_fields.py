@@ -14,16 +14,99 @@ key. A key's field comes from, in order:
 The rules: an int field refuses ``4.5``, ``"4"`` and ``True``. A number field takes ints and
 floats but refuses strings, booleans, ``nan`` and ``inf``. Optional fields also take
 ``None``. Every error names the dotted key, the value and what is accepted.
+
+Upper bounds (issue 42: a size of ``10**9`` must not reach Ray, where it hangs or asks for
+terabytes) are declared here too, once per key: fixed caps (:data:`MAX_BRANCHES`,
+:data:`MAX_TASKS_PER_ITERATION`, :data:`MAX_SANDBOX_SECONDS`) in the field itself, and bounds
+that depend on the model or the machine as a :class:`Bound`, read when a built config is
+checked (:func:`check_fields`, run by ``ATGRPOConfig.validate``): ``llm.max_new_tokens``
+within the model's context length, the sandbox's ``memory_mb`` and ``max_output_bytes``
+within this host's memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable, Mapping
 
-__all__ = ["Field", "FIELDS", "LORA_FIELDS", "check_fields", "check_value", "field_for",
-           "lora_problems", "TUNE_FIELDS"]
+__all__ = ["Bound", "Field", "FIELDS", "LORA_FIELDS", "MAX_BRANCHES", "MAX_SANDBOX_SECONDS",
+           "MAX_TASKS_PER_ITERATION", "SANDBOX_LIMIT_FIELDS", "check_fields", "check_value",
+           "field_for", "lora_problems", "sandbox_problems", "stop_field", "TUNE_FIELDS"]
+
+#: Most candidates per group (K, ``training.num_branches``). The paper and every shipped config
+#: use 2 to 8; 256 is 32 times the largest, and beyond it one group's K answers per (task,
+#: agent, turn) only make an iteration longer (``10**9`` hung the sampler). Raise it here if a
+#: run really needs more.
+MAX_BRANCHES = 256
+#: Most task instances (tree roots) per training iteration (``training.num_tasks_per_iteration``):
+#: 32 times the largest shipped config (128); ``10**12`` was accepted and never finished an
+#: iteration. Raise it here if a run really needs more.
+MAX_TASKS_PER_ITERATION = 4096
+#: Longest wall-clock and CPU time of one sandboxed program run (``env_config.sandbox_limits``
+#: ``wall_time_s`` and ``cpu_time_s``), in seconds: ten minutes, 120 times the shipped default
+#: of 5 s. A program that needs longer is not a tool call inside one agent's turn (``1e308`` was
+#: accepted and trained).
+MAX_SANDBOX_SECONDS = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """An upper bound that depends on the model or the machine, read when a built config is
+    checked (:func:`check_fields`); the YAML check before the config is built skips it.
+
+    Attributes:
+        what: the bound in words, for the error message ("the model's context length").
+        read: config -> the bound, or None where it cannot be known here (a hub model not in
+            the local cache, an OS that does not say its memory): the value is then not
+            bounded.
+    """
+
+    what: str
+    read: Callable[[Any], float | None]
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _context_length(config) -> int | None:
+    from pettingllms_rllib.models import memory
+
+    try:
+        return memory.model_context_length(config.model_spec_dict)
+    except (ValueError, TypeError, OSError):  # a bad or missing model: its own check names it
+        return None
+
+
+def _response_length(config) -> int | None:
+    context = _context_length(config)
+    engine_length = getattr(config, "vllm_max_model_len", None)
+    if getattr(config, "engine", None) == "vllm" and isinstance(engine_length, int):
+        return engine_length if context is None else min(context, engine_length)
+    return context
+
+
+def _host_memory_bytes(config) -> int | None:
+    from pettingllms_rllib.models import memory
+
+    return memory.host_memory_bytes()
+
+
+def _host_memory_mib(config) -> int | None:
+    total = _host_memory_bytes(config)
+    return None if total is None else total // (1 << 20)
+
+
+#: ``llm.vllm_max_model_len``: no longer than the model's positions.
+MODEL_CONTEXT = Bound("the model's context length, max_position_embeddings of its config",
+                      _context_length)
+#: ``llm.max_new_tokens``: a response never outgrows the model's positions, nor vLLM's
+#: ``vllm_max_model_len`` (``10**9`` made the engine ask for a 4 TB cache).
+RESPONSE_CONTEXT = Bound("the model's context length, max_position_embeddings of its config; "
+                         "with engine vllm, vllm_max_model_len where smaller", _response_length)
+HOST_MEMORY_MIB = Bound("this host's memory in MiB", _host_memory_mib)
+HOST_MEMORY_BYTES = Bound("this host's memory in bytes", _host_memory_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +120,8 @@ class Field:
         maximum: largest allowed value (inclusive), for numbers.
         choices: the allowed values, for text.
         optional: ``None`` is allowed too.
+        bound: an upper bound read from the model or the machine when a built config is
+            checked (inclusive, for numbers).
     """
 
     kind: type
@@ -45,9 +130,11 @@ class Field:
     maximum: float | None = None
     choices: tuple[Any, ...] | None = None
     optional: bool = False
+    bound: Bound | None = None
 
-    def describe(self) -> str:
-        """What the field accepts, in words."""
+    def describe(self, limit: str | None = None) -> str:
+        """What the field accepts, in words (with ``limit``, the words of its :class:`Bound`
+        as read for one config: "<= 2048 (the model's context length)")."""
         words = {int: "an integer", float: "a finite number", bool: "true or false",
                  str: "text", dict: "a mapping", list: "a list"}[self.kind]
         bounds = []
@@ -56,7 +143,9 @@ class Field:
         if self.minimum is not None:
             bounds.append(f">= {self.minimum:g}")
         if self.maximum is not None:
-            bounds.append(f"<= {self.maximum:g}")
+            bounds.append(f"<= {_number(self.maximum)}")
+        if limit is not None:
+            bounds.append(limit)
         text = words + (" " + " and ".join(bounds) if bounds else "")
         if self.choices is not None:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
@@ -70,7 +159,8 @@ _NONNEGATIVE = Field(float, minimum=0)
 #: Keys per section whose range matters, or whose default (None) says nothing of their type.
 FIELDS: dict[str, dict[str, Field]] = {
     "llm": {
-        "model": Field(str), "max_new_tokens": _INT_POSITIVE, "temperature": Field(float, above=0),
+        "model": Field(str), "max_new_tokens": Field(int, minimum=1, bound=RESPONSE_CONTEXT),
+        "temperature": Field(float, above=0),
         "model_dtype": Field(str),
         "lora": Field(dict, optional=True), "tiny_model_config": Field(dict, optional=True),
         "system_prompt": Field(str, optional=True), "generation_batch_size": _INT_OPTIONAL,
@@ -78,12 +168,14 @@ FIELDS: dict[str, dict[str, Field]] = {
                                                                      optional=True),
         "vllm_gpu_memory_utilization": Field(float, above=0, maximum=1),
         "vllm_kv_cache_gib": Field(float, above=0, optional=True),
-        "vllm_max_model_len": _INT_OPTIONAL, "vllm_engine_kwargs": Field(dict, optional=True),
+        "vllm_max_model_len": Field(int, minimum=1, optional=True, bound=MODEL_CONTEXT),
+        "vllm_engine_kwargs": Field(dict, optional=True),
         "vllm_weight_sync_dir": Field(str, optional=True),
         "autocast_dtype": Field(str, choices=("bfloat16", "float16"), optional=True),
     },
     "training": {
-        "num_branches": Field(int, minimum=2), "num_tasks_per_iteration": _INT_POSITIVE,
+        "num_branches": Field(int, minimum=2, maximum=MAX_BRANCHES),
+        "num_tasks_per_iteration": Field(int, minimum=1, maximum=MAX_TASKS_PER_ITERATION),
         "lr": Field(float, above=0), "num_epochs": _INT_POSITIVE,
         "minibatch_size": _INT_OPTIONAL, "grad_clip": Field(float, above=0, optional=True),
         "clip_eps_low": Field(float, minimum=0, maximum=1), "clip_eps_high": _NONNEGATIVE,
@@ -111,6 +203,24 @@ LORA_FIELDS: dict[str, Field] = {
     "lora_dropout": Field(float, minimum=0, maximum=1), "target_modules": Field(list,
                                                                                optional=True),
 }
+#: ``environment.env_config.sandbox_limits`` (``pettingllms_envs.sandbox.SandboxLimits``, of
+#: every task that runs programs): the keys whose size the host must be able to give. The
+#: dataclass itself checks the rest (positive, finite, whole numbers).
+SANDBOX_LIMIT_FIELDS: dict[str, Field] = {
+    "wall_time_s": Field(float, above=0, maximum=MAX_SANDBOX_SECONDS),
+    "cpu_time_s": Field(float, above=0, maximum=MAX_SANDBOX_SECONDS),
+    "memory_mb": Field(float, above=0, bound=HOST_MEMORY_MIB),
+    "max_output_bytes": Field(float, above=0, bound=HOST_MEMORY_BYTES),
+}
+#: Tune ``stop`` criteria that count progress (the last part of the metric's name): a stop at a
+#: value below 1 is no run at all (``training_iteration: -1`` trained, "iter 1/-1"). Metrics
+#: ending in ``_lifetime`` (tokens, env steps, ...) count too. Other metrics (a success rate,
+#: a return) take any finite number.
+STOP_COUNTERS: dict[str, Field] = {
+    "training_iteration": Field(int, minimum=1), "time_total_s": Field(float, minimum=1),
+    "timesteps_total": Field(float, minimum=1), "episodes_total": Field(float, minimum=1),
+}
+_LIFETIME_COUNTER = Field(float, minimum=1)
 #: The experiment file's own keys (Ray Tune's settings).
 TUNE_FIELDS: dict[str, Field] = {
     "stop": Field(dict), "checkpoint_frequency": Field(int, minimum=0),
@@ -144,8 +254,19 @@ def field_for(section: str, key: str) -> Field | None:
     return None
 
 
-def check_value(dotted: str, value: Any, field: Field) -> str | None:
-    """Why ``value`` does not fit ``field`` (a message naming ``dotted``), or None."""
+def stop_field(metric: str) -> Field:
+    """The field of Tune's ``stop.<metric>``: >= 1 for counters (:data:`STOP_COUNTERS`, and
+    names ending in ``_lifetime``), any finite number otherwise."""
+    name = str(metric).rsplit("/", 1)[-1]
+    if name in STOP_COUNTERS:
+        return STOP_COUNTERS[name]
+    return _LIFETIME_COUNTER if name.endswith("_lifetime") else Field(float)
+
+
+def check_value(dotted: str, value: Any, field: Field, config: Any = None) -> str | None:
+    """Why ``value`` does not fit ``field`` (a message naming ``dotted``), or None. With a
+    built ``config``, the field's :class:`Bound` (read from its model or this machine) is
+    checked too."""
     def refuse() -> str:
         return f"{dotted}: {value!r} is not accepted; expected {field.describe()}"
 
@@ -171,6 +292,11 @@ def check_value(dotted: str, value: Any, field: Field) -> str | None:
             return refuse()
     if field.choices is not None and value not in field.choices:
         return refuse()
+    if field.bound is not None and config is not None and value is not None:
+        limit = field.bound.read(config)
+        if limit is not None and value > limit:
+            return (f"{dotted}: {value!r} is not accepted; expected "
+                    f"{field.describe(f'<= {_number(limit)} ({field.bound.what})')}")
     return None
 
 
@@ -182,8 +308,13 @@ def check_fields(config) -> list[str]:
         for key, field in fields.items():
             attribute = _ATTRIBUTE.get((section, key), key)
             if attribute in vars(config):
-                problems.append(check_value(f"{section}.{key}", vars(config)[attribute], field))
+                problems.append(check_value(f"{section}.{key}", vars(config)[attribute], field,
+                                            config))
     problems += lora_problems("llm.lora", vars(config).get("lora"))
+    env_config = vars(config).get("env_config")
+    if isinstance(env_config, Mapping):
+        problems += sandbox_problems("environment.env_config.sandbox_limits",
+                                     env_config.get("sandbox_limits"), config)
     return [p for p in problems if p]
 
 
@@ -194,3 +325,15 @@ def lora_problems(dotted: str, lora: Any) -> list[str | None]:
         return []
     return [check_value(f"{dotted}.{name}", lora[name], field)
             for name, field in LORA_FIELDS.items() if name in lora]
+
+
+def sandbox_problems(dotted: str, limits: Any, config: Any = None) -> list[str | None]:
+    """:func:`check_value` of each key of :data:`SANDBOX_LIMIT_FIELDS` in an env's
+    ``sandbox_limits`` (a dict, or a ``SandboxLimits``) under ``dotted``, with the host-memory
+    bounds when ``config`` is given (anything else is the env's own check to refuse)."""
+    if dataclasses.is_dataclass(limits) and not isinstance(limits, type):
+        limits = {f.name: getattr(limits, f.name) for f in dataclasses.fields(limits)}
+    if not isinstance(limits, Mapping):
+        return []
+    return [check_value(f"{dotted}.{name}", limits[name], field, config)
+            for name, field in SANDBOX_LIMIT_FIELDS.items() if name in limits]

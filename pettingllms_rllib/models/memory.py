@@ -117,23 +117,45 @@ QWEN3_8B = ModelShape.build(hidden_size=4096, num_layers=36, num_attention_heads
                             vocab_size=151936, tie_word_embeddings=False, qk_norm=True)
 
 
-def model_shape(spec) -> ModelShape | None:
-    """Shape of a ModelSpec (or name) from its config alone, never touching the network; None
-    for a hub id whose config is not in the local HF cache (the check is skipped, not failed)."""
+def model_config(spec):
+    """The transformers config of a ModelSpec (or name), never touching the network or the
+    weights; None for a hub id whose config is not in the local HF cache."""
     from transformers import AutoConfig
 
     spec = loading.ModelSpec.coerce(spec)
     if spec.name_or_path == loading.TINY_RANDOM_NAME:
-        return ModelShape.from_hf_config(
-            loading.tiny_random_config(loading.load_tokenizer(spec), spec.tiny_config))
+        return loading.tiny_random_config(loading.load_tokenizer(spec), spec.tiny_config)
     path = loading.resolve_model_path(spec.name_or_path)
     if Path(path).is_dir():
-        return ModelShape.from_hf_config(AutoConfig.from_pretrained(path))
+        return AutoConfig.from_pretrained(path)
     try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        return AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError):
         return None
-    return ModelShape.from_hf_config(config)
+
+
+def model_shape(spec) -> ModelShape | None:
+    """Shape of a ModelSpec (or name) from its config alone, never touching the network; None
+    for a hub id whose config is not in the local HF cache (the check is skipped, not failed)."""
+    config = model_config(spec)
+    return None if config is None else ModelShape.from_hf_config(config)
+
+
+#: Config attributes that hold a model's context length (positions), by architecture family.
+CONTEXT_LENGTH_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length",
+                             "seq_length")
+
+
+def model_context_length(spec) -> int | None:
+    """The longest sequence (prompt + response, in tokens) a ModelSpec's model has positions
+    for, read from its config alone (``max_position_embeddings`` and the like); None where the
+    config is not available offline or names none."""
+    config = model_config(spec)
+    for attribute in CONTEXT_LENGTH_ATTRIBUTES:
+        value = getattr(config, attribute, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def lora_parameter_count(shape: ModelShape, *, rank: int,
