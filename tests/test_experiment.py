@@ -3,6 +3,7 @@
 import textwrap
 
 import pytest
+from tiny_experiment import GOOD
 
 from pettingllms_rllib.cli import main
 from pettingllms_rllib.experiment import (
@@ -12,15 +13,6 @@ from pettingllms_rllib.experiment import (
     mapping_table,
 )
 
-GOOD = """
-name: tiny
-mapping: per_role
-stop: {training_iteration: 1}
-algorithm:
-  environment: {env: plan_path_v1, env_config: {grid_size: 3, max_turns: 1}}
-  llm: {model: tiny-random, max_new_tokens: 4}
-  training: {num_branches: 2, num_tasks_per_iteration: 1}
-"""
 
 
 def write(tmp_path, text):
