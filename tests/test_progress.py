@@ -25,3 +25,13 @@ def test_missing_or_nan_fields_are_left_out():
     result = {"training_iteration": 1, "evaluation": {"success_rate": float("nan")},
               "env_runners": {"success_rate": 0.5}}
     assert progress_line(result) == "iter 1 | success 0.50"
+
+
+def test_dropped_groups_show_per_agent_only_when_there_are_some():
+    runners = {"success_rate": 0.5,
+               "agent": {"tool": {"rollout_errors": 2}, "reasoner": {"rollout_errors": 0}}}
+    line = progress_line({"training_iteration": 2, "env_runners": runners})
+    assert line == "iter 2 | success 0.50 | rollout errors tool 2"
+    runners["agent"]["tool"]["rollout_errors"] = 0
+    assert "rollout errors" not in progress_line({"training_iteration": 2,
+                                                  "env_runners": runners})

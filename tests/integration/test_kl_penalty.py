@@ -32,7 +32,9 @@ def _config(mapping: str, *, lora: bool, kl_coef: float) -> ATGRPOConfig:
             .environment("toy_score_v0", env_config={"max_turns": 1})
             .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6,
                  lora={"r": 4, "lora_alpha": 8} if lora else None)
-            .training(num_branches=4, num_tasks_per_iteration=4, lr=3e-2, kl_coef=kl_coef)
+            # The paper's immediate reward: the arms' KL margin was sized on that data.
+            .training(num_branches=4, num_tasks_per_iteration=4, lr=3e-2, kl_coef=kl_coef,
+                      stage_credit="none")
             .multi_agent(**multi_agent_kwargs(mapping, AGENTS))
             .debugging(seed=0))
 
