@@ -58,10 +58,8 @@ from pettingllms_rllib.core.loss import clipped_token_loss  # noqa: E402
 from pettingllms_rllib.engines.base import SamplingConfig  # noqa: E402
 from pettingllms_rllib.engines.hf_engine import HFEngine  # noqa: E402
 from pettingllms_rllib.models.logprobs import response_logprobs  # noqa: E402
+from pettingllms_rllib.models.memory import DEFAULT_LORA  # noqa: E402
 
-# Copy of pettingllms_rllib.models.rl_modules.DEFAULT_LORA: that module imports RLlib.
-DEFAULT_LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
-                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 # Qwen3-1.7B's published config (config.json of Qwen/Qwen3-1.7B).
 QWEN3_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144,

@@ -161,11 +161,6 @@ def load_run_trials(run_dir: str | Path) -> list[Trial]:
     return trials
 
 
-def load_trials(run_dir: Path) -> dict[str, pd.DataFrame]:
-    """Trial name -> its progress dataframe (trials without rows are skipped)."""
-    return {trial.name: trial.frame for trial in load_run_trials(run_dir)}
-
-
 # ---------------------------------------------------------------------------------- grouping
 def _canonical(config: dict[str, Any]) -> str:
     # Object reprs may carry memory addresses that differ between otherwise equal trials.

@@ -716,7 +716,7 @@ class ATGRPOConfig(AlgorithmConfig):
     def lora_kwargs(self) -> dict[str, Any] | None:
         """The full peft LoraConfig kwargs every module's adapter is built with (library
         defaults under the user's ``lora``), or None for full fine-tuning."""
-        from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
+        from pettingllms_rllib.models.memory import DEFAULT_LORA
 
         return None if self.lora is None else {**DEFAULT_LORA, **self.lora}
 

@@ -480,8 +480,3 @@ def model_folder(spec: ModelSpec | str | Mapping[str, Any] | None = None) -> str
     return str(_build_atomically(target, functools.partial(_save_tiny_random, spec),
                                  f"tiny-random seed={spec.seed} config={spec.tiny_config}"))
 
-
-def load_model_and_tokenizer(spec: ModelSpec | str | Mapping[str, Any] | None = None):
-    """Both halves of a spec: ``(causal_lm, tokenizer)``."""
-    spec = ModelSpec.coerce(spec)
-    return load_causal_lm(spec), load_tokenizer(spec)

@@ -22,9 +22,12 @@ from pettingllms_rllib.models import loading
 GIB = 1 << 30
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-#: Mirrors ``rl_modules.DEFAULT_LORA`` (not imported: that module needs Ray).
-DEFAULT_LORA_RANK = 16
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+#: peft ``LoraConfig`` defaults of every LoRA module (``rl_modules``), declared here, Ray-free,
+#: so the memory estimates, the config and the device check read the same values.
+DEFAULT_LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+DEFAULT_LORA_RANK = DEFAULT_LORA["r"]
+DEFAULT_LORA_TARGETS = tuple(DEFAULT_LORA["target_modules"])
 #: peft up-casts bf16/fp16 adapters to fp32 (``autocast_adapter_dtype``), so adapters and their
 #: gradients and AdamW states are fp32 whatever the base dtype.
 ADAPTER_BYTES = 4

@@ -27,6 +27,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
+from pettingllms_rllib.models.memory import DEFAULT_LORA
 from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
 TOKEN_LOGP = "token_logp"
@@ -189,10 +190,6 @@ class LoRAAdapterRLModule(CausalLMRLModule):
         unexpected = getattr(result, "unexpected_keys", None)
         if unexpected:
             raise RuntimeError(f"adapter {self.adapter_name!r}: unexpected keys {unexpected[:5]}")
-
-
-DEFAULT_LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
-                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
 class SharedBaseLoRAMultiRLModule(MultiRLModule):

@@ -22,7 +22,7 @@ pytestmark = [
 from pettingllms_rllib.engines.base import SamplingConfig  # noqa: E402
 from pettingllms_rllib.models.loading import (ModelSpec, load_causal_lm,  # noqa: E402
                                               load_tokenizer, model_folder)
-from pettingllms_rllib.models.rl_modules import DEFAULT_LORA  # noqa: E402
+from pettingllms_rllib.models.memory import DEFAULT_LORA  # noqa: E402
 from teacher_forcing import teacher_forced  # noqa: E402
 
 # vLLM's CPU attention kernels need head_dim >= 32 (the default tiny model has 16).

@@ -9,7 +9,7 @@ from pettingllms_rllib.engines.vllm_engine import VLLM_LORA_RANKS, vllm_lora_ran
 from pettingllms_rllib.engines.weight_sync import (AdapterTable, EngineWeightsLagError,
                                                    check_engine_version, write_lora_adapter)
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
-from pettingllms_rllib.models.rl_modules import DEFAULT_LORA
+from pettingllms_rllib.models.memory import DEFAULT_LORA
 
 TINY = ModelSpec("tiny-random", tiny_config={"hidden_size": 32, "intermediate_size": 64})
 

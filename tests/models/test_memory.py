@@ -92,10 +92,10 @@ def test_lora_parameter_count_equals_what_peft_creates(config, targets):
     assert lora_parameter_count(shape, rank=4, target_modules=targets, num_adapters=3) == created
 
 
-def test_lora_defaults_mirror_the_library_defaults_and_unknown_targets_are_refused():
+def test_lora_defaults_are_the_modules_defaults_and_unknown_targets_are_refused():
     rl_modules = pytest.importorskip("pettingllms_rllib.models.rl_modules")  # needs Ray
-    assert memory.DEFAULT_LORA_RANK == rl_modules.DEFAULT_LORA["r"]
-    assert list(memory.DEFAULT_LORA_TARGETS) == rl_modules.DEFAULT_LORA["target_modules"]
+    assert rl_modules.DEFAULT_LORA is memory.DEFAULT_LORA  # declared once
+    assert memory.DEFAULT_LORA_RANK == memory.DEFAULT_LORA["r"]
     with pytest.raises(ValueError, match="lm_head"):
         lora_parameter_count(QWEN3_8B, rank=8, target_modules=["lm_head"])
 
