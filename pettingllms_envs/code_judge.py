@@ -60,8 +60,8 @@ from typing import Callable, Sequence
 from pettingllms_envs.code_data import CodeProblem, TestCase
 from pettingllms_envs.code_values import decode as decode_value
 from pettingllms_envs.common import clip_text
-from pettingllms_envs.sandbox import (PairResult, SandboxLimits, SandboxResult, run_python_batch,
-                                      run_python_pair)
+from pettingllms_envs.sandbox import (PairResult, SandboxLimits, SandboxResult,
+                                      SandboxUnavailableError, run_python_batch, run_python_pair)
 
 logger = logging.getLogger(__name__)
 
@@ -492,6 +492,8 @@ def _run_batch(runner: BatchRunner, program: str, stdins: list[str],
                task_name: str) -> list[SandboxResult] | str:
     try:
         results = list(runner(program, stdins))
+    except SandboxUnavailableError:
+        raise  # no sandbox on this host: stop the run, never score it as the agent's failure
     except Exception as exc:  # an executor failure must not crash a training run
         logger.warning("%s: code runner raised %r", task_name, exc)
         return f"the program could not be run ({type(exc).__name__})"
@@ -632,6 +634,8 @@ def _script_outcomes(problem: CodeProblem, code: str, tests: list[TestCase],
     for test in tests:
         try:
             pair = pair_runner(script_judge_program(problem, test), answerer)
+        except SandboxUnavailableError:
+            raise  # no sandbox on this host: stop the run, never score it as the agent's failure
         except Exception as exc:  # an executor failure must not crash a training run
             logger.warning("%s: script-test runner raised %r", task_name, exc)
             outcomes.append(TestOutcome(False, "", f"the program could not be run "

@@ -17,7 +17,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from pettingllms_envs.sandbox import SandboxLimits, SandboxResult, run_python
+from pettingllms_envs.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailableError,
+                                      run_python, sandbox_capabilities)
+from pettingllms_envs.sandbox.bwrap import check_packages, package_binds
 from pettingllms_rllib.envs.instances import hash_split  # noqa: F401  (the tasks' split)
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 
@@ -141,6 +143,8 @@ def run_tool_program(code: str, *, limits: SandboxLimits, runner: CodeRunner | N
     """
     try:
         result = runner(code) if runner is not None else PROGRAM_VERDICTS.run(code, limits)
+    except SandboxUnavailableError:
+        raise  # no sandbox on this host: stop the run, never score it as the agent's failure
     except Exception as exc:
         logger.warning("%s: code runner raised %r", task_name, exc)
         return None, f"The program could not be run ({type(exc).__name__})."
@@ -331,20 +335,53 @@ def check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
     return float(value)
 
 
+#: ``sandbox:`` keys a task's env_config accepts (:func:`check_sandbox_limits`).
+SANDBOX_KEYS = ("launcher", "packages")
+
+
 def check_sandbox_limits(limits: SandboxLimits | Mapping[str, Any] | None,
-                         default: SandboxLimits | None = None) -> SandboxLimits:
+                         default: SandboxLimits | None = None, *,
+                         sandbox: Mapping[str, Any] | None = None,
+                         data_packages: Sequence[str] = (),
+                         runner: Any = None) -> SandboxLimits:
     """Accept :class:`SandboxLimits`, a dict of its fields (YAML configs) or None (``default``,
-    else 3 s wall and CPU, 256 MB)."""
+    else 3 s wall and CPU, 256 MB).
+
+    ``sandbox`` is the task's ``sandbox:`` env_config entry: ``launcher`` (one of
+    ``LAUNCHERS``; ``unshare`` chooses the weaker launcher explicitly) and ``packages`` (the
+    installed packages its programs may import besides the standard library). A package in
+    ``data_packages`` (the task's own data, answers or generators) or of the project itself is
+    refused here, at start. Where the default sandbox runs the programs (``runner`` is None)
+    the launcher is probed now, so a host where it does not work stops the run before any
+    rollout (:class:`~pettingllms_envs.sandbox.SandboxUnavailableError`, with the probe's
+    reason and the fix), and each package must be installed for the sandbox's interpreter.
+    """
     if limits is None:
-        return default or SandboxLimits(wall_time_s=3.0, cpu_time_s=3.0, memory_mb=256)
-    if isinstance(limits, SandboxLimits):
-        return limits
-    if isinstance(limits, Mapping):
+        limits = default or SandboxLimits(wall_time_s=3.0, cpu_time_s=3.0, memory_mb=256)
+    elif isinstance(limits, Mapping):
         try:
-            return SandboxLimits(**dict(limits))
+            limits = SandboxLimits(**dict(limits))
         except TypeError as exc:
             raise ValueError(f"bad sandbox_limits: {exc}") from exc
-    raise ValueError(f"sandbox_limits must be SandboxLimits or a dict, got {type(limits).__name__}")
+    elif not isinstance(limits, SandboxLimits):
+        raise ValueError(f"sandbox_limits must be SandboxLimits or a dict, got "
+                         f"{type(limits).__name__}")
+    if sandbox is not None:
+        if not isinstance(sandbox, Mapping):
+            raise ValueError(f"sandbox must be a mapping with keys {SANDBOX_KEYS}, got "
+                             f"{type(sandbox).__name__}")
+        unknown = sorted(set(sandbox) - set(SANDBOX_KEYS))
+        if unknown:
+            raise ValueError(f"sandbox: unknown keys {unknown}; accepted: {list(SANDBOX_KEYS)}")
+        try:
+            limits = dataclasses.replace(limits, **dict(sandbox))
+        except TypeError as exc:
+            raise ValueError(f"bad sandbox: {exc}") from exc
+    check_packages(limits.packages, data_packages)
+    if runner is None:
+        caps = sandbox_capabilities(None, limits.launcher)
+        package_binds(caps.python, limits.packages)
+    return limits
 
 
 def check_prompt_style(style: Any) -> str:

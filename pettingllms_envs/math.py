@@ -49,6 +49,11 @@ from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
 
+#: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
+#: is refused at start): its generator is the project's own (always refused); loaded sets live
+#: outside any package.
+SANDBOX_DATA_PACKAGES: tuple[str, ...] = ()
+
 logger = logging.getLogger(__name__)
 
 #: Deepest bracket nesting ((), [], {}) of an answer that is sent to math-verify: its LaTeX
@@ -470,6 +475,10 @@ class MathEnv(TextParallelEnv):
         correct_reward (1.0), wrong_reward (0.0): local reward of a correct / wrong answer.
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
             256 MB).
+        sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
+            (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
+            installed packages its programs may import besides the standard library;
+            ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
         prompt_style: "full" (paper-style prompt with the roles explained) or "compact" (a few
             lines: problem, the other's answer, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
@@ -498,6 +507,7 @@ class MathEnv(TextParallelEnv):
                  max_turns: int = 3, alpha: float = 1.0, invalid_action_penalty: float = -1.0,
                  correct_reward: float = 1.0, wrong_reward: float = 0.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 sandbox: Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
                  single_agent: bool = False, answer_format: str = "boxed",
                  tool_example: str = "placeholder"):
@@ -514,7 +524,9 @@ class MathEnv(TextParallelEnv):
         self.reward_config = RewardConfig(
             correct_reward=check_float("correct_reward", correct_reward),
             wrong_reward=check_float("wrong_reward", wrong_reward))
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        self.sandbox_limits = check_sandbox_limits(
+            sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
+            runner=code_runner)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self.load_report: LoadReport | None = None

@@ -129,7 +129,8 @@ class MoveListEnv(ToolPlannerEnv):
 
     def __init__(self, *, alpha: float, max_turns: int, invalid_action_penalty: float,
                  max_moves_per_turn: int, sandbox_limits, prompt_style: str, code_runner,
-                 single_agent: bool, max_observation_chars: int, prefill_answers: bool = False):
+                 single_agent: bool, max_observation_chars: int, prefill_answers: bool = False,
+                 sandbox=None, data_packages: tuple[str, ...] = ()):
         """Check the settings every move-list task shares (each env card documents them), then
         start the base env; a subclass checks its own settings first."""
         if not isinstance(prefill_answers, bool):
@@ -137,7 +138,9 @@ class MoveListEnv(ToolPlannerEnv):
         self.prefill_answers = prefill_answers
         check_int("max_turns", max_turns, minimum=1)
         self.max_moves_per_turn = check_int("max_moves_per_turn", max_moves_per_turn, minimum=1)
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        self.sandbox_limits = check_sandbox_limits(sandbox_limits, sandbox=sandbox,
+                                                   data_packages=data_packages,
+                                                   runner=code_runner)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self._choose_team(single_agent)

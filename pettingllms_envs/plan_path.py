@@ -29,6 +29,10 @@ from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_pl
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
 
+#: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
+#: is refused at start): its generator is the project's own (always refused).
+SANDBOX_DATA_PACKAGES: tuple[str, ...] = ()
+
 logger = logging.getLogger(__name__)
 
 Position = tuple[int, int]
@@ -306,6 +310,10 @@ class PlanPathEnv(MoveListEnv):
         max_moves_per_turn: moves applied per answer (default 4 * grid_size).
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
             256 MB).
+        sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
+            (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
+            installed packages its programs may import besides the standard library;
+            ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
         step_cost (0.05), invalid_move_penalty (0.2), shaping_coef (0.1), goal_bonus (1.0),
             optimal_bonus (0.5): reward coefficients, all >= 0.
         prompt_style: "full" (the paper-style prompt with legend, turn and move history) or
@@ -366,6 +374,7 @@ class PlanPathEnv(MoveListEnv):
                  alpha: float = 1.0, invalid_action_penalty: float = -1.0,
                  max_moves_per_turn: int | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 sandbox: Mapping[str, Any] | None = None,
                  step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
@@ -426,7 +435,8 @@ class PlanPathEnv(MoveListEnv):
             alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
             max_moves_per_turn=4 * self.grid_size if max_moves_per_turn is None
             else max_moves_per_turn,
-            sandbox_limits=sandbox_limits, prompt_style=prompt_style, code_runner=code_runner,
+            sandbox_limits=sandbox_limits, sandbox=sandbox,
+            data_packages=SANDBOX_DATA_PACKAGES, prompt_style=prompt_style, code_runner=code_runner,
             single_agent=single_agent, prefill_answers=prefill_answers,
             max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
         self.task: GridTask | None = None

@@ -27,6 +27,11 @@ from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (ParseResult, Role, StageOutcome, TextParallelEnv,
                                     split_of_seed)
 
+#: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
+#: is refused at start): ``reasoning_gym`` regenerates any instance, answer included, from
+#: its seed.
+SANDBOX_DATA_PACKAGES: tuple[str, ...] = ("reasoning_gym",)
+
 logger = logging.getLogger(__name__)
 
 #: How the prompts ask the reasoner for its answer: "The answer is ...", which ~100M-parameter
@@ -119,6 +124,10 @@ class ReasoningGymEnv(TextParallelEnv):
         max_turns: turns T (2). alpha: team-reward weight (1.0).
         invalid_action_penalty: local reward of an unusable response (-1.0).
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields.
+        sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
+            (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
+            installed packages its programs may import besides the standard library;
+            ``SANDBOX_DATA_PACKAGES`` and its own data are refused at construction.
         prompt_style: "compact" (default) or "full" (the roles and the episode rule explained).
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox.
         single_agent: the reasoner alone, no tool (False).
@@ -133,6 +142,7 @@ class ReasoningGymEnv(TextParallelEnv):
                  dataset_config: Mapping[str, Any] | None = None, max_turns: int = 2,
                  alpha: float = 1.0, invalid_action_penalty: float = -1.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 sandbox: Mapping[str, Any] | None = None,
                  prompt_style: str = "compact", code_runner: CodeRunner | None = None,
                  single_agent: bool = False):
         known = available_datasets()
@@ -145,7 +155,9 @@ class ReasoningGymEnv(TextParallelEnv):
             raise ValueError(f"dataset_config keys {unknown} are not settings of {dataset!r}; "
                              f"accepted: {dataset_config_fields(dataset)}")
         self._checker = self._draw_dataset(0)  # also checks the settings' values
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        self.sandbox_limits = check_sandbox_limits(
+            sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
+            runner=code_runner)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self.single_agent = bool(single_agent)

@@ -27,6 +27,10 @@ from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_pl
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
 
+#: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
+#: is refused at start): its generator is the project's own (always refused).
+SANDBOX_DATA_PACKAGES: tuple[str, ...] = ()
+
 Position = tuple[int, int]
 #: The ASCII legend shown to the agents (and accepted by :func:`level_from_ascii`).
 WALL, FLOOR, GOAL, BOX, BOX_ON_GOAL, PLAYER, PLAYER_ON_GOAL = "#", "_", "O", "X", "V", "P", "S"
@@ -434,6 +438,10 @@ class SokobanEnv(MoveListEnv):
         max_moves_per_turn: moves applied per answer (default ``8 * room_size``).
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
             256 MB).
+        sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
+            (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
+            installed packages its programs may import besides the standard library;
+            ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
         step_cost (0.1), invalid_move_penalty (0.5), box_on_goal_bonus (1.0),
             box_off_goal_penalty (1.0), shaping_coef (0.2), solve_bonus (10.0): reward
             coefficients, all >= 0 (magnitudes; the signs are fixed as above).
@@ -458,6 +466,7 @@ class SokobanEnv(MoveListEnv):
                  reverse_pulls: int | None = None, max_turns: int = 3, alpha: float = 1.0,
                  invalid_action_penalty: float = -1.0, max_moves_per_turn: int | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 sandbox: Mapping[str, Any] | None = None,
                  step_cost: float = 0.1, invalid_move_penalty: float = 0.5,
                  box_on_goal_bonus: float = 1.0, box_off_goal_penalty: float = 1.0,
                  shaping_coef: float = 0.2, solve_bonus: float = 10.0,
@@ -483,7 +492,8 @@ class SokobanEnv(MoveListEnv):
             alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
             max_moves_per_turn=8 * self.room_size if max_moves_per_turn is None
             else max_moves_per_turn,
-            sandbox_limits=sandbox_limits, prompt_style=prompt_style, code_runner=code_runner,
+            sandbox_limits=sandbox_limits, sandbox=sandbox,
+            data_packages=SANDBOX_DATA_PACKAGES, prompt_style=prompt_style, code_runner=code_runner,
             single_agent=single_agent, prefill_answers=prefill_answers,
             max_observation_chars=max(16_384, 4 * self.room_size ** 2 + 40 * self.num_boxes
                                       + 4_096))

@@ -32,6 +32,10 @@ from pettingllms_envs.common import (
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import ParseResult, split_of_seed
 
+#: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
+#: is refused at start): its generator is the project's own (always refused).
+SANDBOX_DATA_PACKAGES: tuple[str, ...] = ()
+
 logger = logging.getLogger(__name__)
 
 #: Rows of digits, ``EMPTY`` (0) for an empty cell; row 0 is the top row.
@@ -611,6 +615,10 @@ class SudokuEnv(ToolPlannerEnv):
             reward coefficients, all >= 0.
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
             256 MB).
+        sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
+            (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
+            installed packages its programs may import besides the standard library;
+            ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
         prompt_style: "full" (the paper-style prompt with rules, box lines, turn, last result)
             or "compact" (a few lines: grid, rule, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
@@ -628,6 +636,7 @@ class SudokuEnv(ToolPlannerEnv):
                  progress_coef: float = 1.0, violation_penalty: float = 1.0,
                  wrong_penalty: float = 0.5, solve_bonus: float = 2.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
+                 sandbox: Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
                  single_agent: bool = False):
         self.size = _grid_side(check_int("box_size", box_size, minimum=2))
@@ -642,7 +651,9 @@ class SudokuEnv(ToolPlannerEnv):
             name: check_float(name, value, non_negative=True) for name, value in (
                 ("progress_coef", progress_coef), ("violation_penalty", violation_penalty),
                 ("wrong_penalty", wrong_penalty), ("solve_bonus", solve_bonus))})
-        self.sandbox_limits = check_sandbox_limits(sandbox_limits)
+        self.sandbox_limits = check_sandbox_limits(
+            sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
+            runner=code_runner)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         # Per instance: the planner's parser needs the grid size.

@@ -7,12 +7,18 @@ The code comes from a model being trained to raise its reward. It is mostly hone
 by reward hacking: forging a verdict, reading the tests or another run, reading the host,
 reaching the network, leaving processes behind. The guarantees depend on the launcher in use,
 which :func:`sandbox_capabilities` reports (``launcher_name``, ``guarantees``, ``notes``):
-**bubblewrap** (the default where ``bwrap`` works: an empty root per run with only the
-interpreter read-only, a fresh unprivileged uid, pid/network/IPC namespaces, a seccomp filter
+**bubblewrap** (the default where ``bwrap`` is installed: an empty root per run with only the
+interpreter's standard library read-only (no site-packages: only packages a task allowlists,
+one by one), a fresh unprivileged uid, pid/network/IPC namespaces, a seccomp filter
 without ptrace, a memory cgroup, one sandbox per batch input) or the **unshare** fallback (the
-host's file system read-only, namespaces where the kernel allows, a batch harness shared by
-the inputs). Neither defends against kernel exploits: use a VM for real adversaries. The full
-table per launcher, what is not defended, and how to check a machine: ``docs/sandbox.md``.
+host's file system read-only, site-packages off ``sys.path`` but readable, namespaces where the
+kernel allows, a batch harness shared by the inputs), used only where bubblewrap is not
+installed or where it is chosen explicitly (``SandboxLimits.launcher`` / a task's ``sandbox:
+{launcher: unshare}``, or ``$PETTINGLLMS_SANDBOX_LAUNCHER=unshare``): where bubblewrap is
+installed but fails its probe, the first use raises :class:`SandboxUnavailableError` with the
+reason and the fix. Neither defends against kernel exploits: use a VM for real adversaries.
+The full table per launcher, what is not defended, and how to check a machine:
+``docs/sandbox.md``.
 The verdict of a code test is never read from the program's own output
 (:mod:`pettingllms_envs.code_judge`).
 
@@ -34,7 +40,12 @@ Submodules (one concern each, and the guarantee it holds)
 * ``fs_preamble.py``, ``harness_main.py``: run *inside* the unshare sandbox (``python -c``).
 
 Residual risks of the unshare fallback (bubblewrap's are in ``docs/sandbox.md``): the file
-system is the host's to read (world-readable files, and without a privilege drop root's too);
+system is the host's to read (world-readable files, and without a privilege drop root's too),
+but for the interpreter's site-packages, the project's packages and the Hugging Face cache,
+which the read-only preamble covers with empty folders; other copies of a dataset or of the
+project elsewhere on the host stay readable, and without the read-only view nothing is hidden
+(the import path is the standard library only: the interpreter runs with ``-S``, so
+``exit()``/``quit()`` are not defined);
 where the read-only view is unavailable it is also writable wherever the run's uid may write (``/tmp``;
 without a privilege drop, all of root's files) and a deliberately hostile program running as
 (namespaced) root could leave its pids cgroup; with it, the scratch folder (and a batch's io
@@ -52,7 +63,7 @@ walk its children) may live until the batch ends.
 """
 
 from .probe import (LAUNCHER_ENV_VAR, LAUNCHERS, PYTHON_ENV_VAR, SandboxCapabilities,
-                    sandbox_capabilities)
+                    describe_sandbox, sandbox_capabilities)
 from .results import (LIMIT_HITS, SCRATCH_PLACEHOLDER, SandboxLimits, SandboxResult,
                       SandboxUnavailableError)
 from .pair import PairResult, run_python_pair
@@ -60,4 +71,4 @@ from .runner import run_python, run_python_batch
 
 __all__ = ["LAUNCHERS", "LAUNCHER_ENV_VAR", "LIMIT_HITS", "PairResult", "SandboxCapabilities",
            "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "run_python",
-           "run_python_batch", "run_python_pair", "sandbox_capabilities"]
+           "describe_sandbox", "run_python_batch", "run_python_pair", "sandbox_capabilities"]

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .cgroups import _open_cgroup, _remove_cgroup
-from .filesystem import _PRIVATE_SHM, _fs_setup_failed, _sandbox_argv
+from .filesystem import _PRIVATE_SHM, _fs_setup_failed, _package_folder, _sandbox_argv
 from .process import _StartError, _execute, _python_flags
 from .results import _TAIL_BYTES, SandboxLimits, SandboxResult, _decode, _make_result
 from .runner import _make_workspace, _next_uid, _not_started, _remove_tree
@@ -115,11 +115,12 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
             max_open_files=limits.max_open_files + 8,
             max_file_bytes=max(limits.max_file_bytes, largest, record_bytes))
         shm = _PRIVATE_SHM if caps.filesystem_readonly else "-"  # emptied before each input
-        command = [caps.python, *_python_flags(), "-c", _HARNESS, scratch, io_dir, events, shm,
+        command = [caps.python, *_python_flags(caps), "-c", _HARNESS, scratch, io_dir, events, shm,
                    str(max(1, math.ceil(limits.cpu_time_s))), str(limits.max_file_bytes),
                    str(limits.max_open_files), str(cap), str(_TAIL_BYTES),
-                   repr(limits.wall_time_s), *_python_flags()]
-        argv = _sandbox_argv(caps, command, [scratch, io_dir], limits)
+                   repr(limits.wall_time_s), *_python_flags(caps)]
+        package_env, binds = _package_folder(base, caps, limits)
+        argv = _sandbox_argv(caps, command, [scratch, io_dir], limits, binds)
         index = " ".join(f"{i}:{len(data)}" for i, data in cases).encode("ascii")
         with tempfile.TemporaryFile(dir=base) as blob, \
                 open(os.path.join(base, "records"), "w+b") as records, \
@@ -134,7 +135,7 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
             try:
                 done = _execute(argv, stdin=blob, stdout=records, stderr=diag, cwd=scratch,
                                 uid=uid, rlimits=harness_limits, wall_time_s=budget_s, caps=caps,
-                                cgroup=cgroup)
+                                cgroup=cgroup, extra_env=package_env)
             except _StartError as exc:
                 return _HarnessOutcome({}, False, f"sandbox could not start: {exc}", "")
             records.seek(0)

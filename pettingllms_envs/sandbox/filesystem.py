@@ -8,8 +8,11 @@ File system
 Inside the launcher's mount namespace a small trusted preamble (``python -I -S -B -c
 <_FS_PREAMBLE>``, run as the namespace's root between ``unshare`` and the program) bind-mounts
 each folder the run must write onto itself (the scratch folder; for a batch also the harness's
-io folder), so they are mounts of their own, then remounts *every* other visible mount
-(``/``, ``/tmp`` if separate, ``/proc``, ``/sys`` with the cgroup file systems, ``/dev``, ...)
+io folder), so they are mounts of their own, binds each package a task allowlists into a
+folder of its own (on ``PYTHONPATH``), covers with an empty read-only tmpfs every folder that
+holds answers (:func:`_hidden_folders`: the interpreter's site-packages, the project's
+packages, the Hugging Face cache), then remounts *every* other visible mount (``/``, ``/tmp``
+if separate, ``/proc``, ``/sys`` with the cgroup file systems, ``/dev``, ...)
 ``ro,nosuid,nodev``, repeating each mount's flags that the user namespace locked (atime,
 ``nosuid``, ``noexec``, as listed in ``/proc/self/mountinfo``). The harmless devices
 (``/dev/null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty``) are bind-mounted onto
@@ -37,7 +40,11 @@ not start" with the reason).
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,18 +83,108 @@ print(fs, int(bounding[0], 16) if bounding else -1)
 
 
 def _sandbox_argv(caps: SandboxCapabilities, command: list[str], writable: list[str],
-                  limits: SandboxLimits) -> list[str]:
+                  limits: SandboxLimits, binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """The command line of one sandboxed process: the launcher, then (where the file system is
-    made read-only) the preamble that does so, keeping ``writable`` folders writable, and
-    replaces itself with ``command``."""
+    made read-only) the preamble that does so, keeping ``writable`` folders writable, hiding
+    :func:`_hidden_folders` and mounting the allowlisted packages (``binds``, from
+    :func:`_package_folder`), and replaces itself with ``command``."""
     if not caps.filesystem_readonly:
         return [*caps.launcher, *command]
     try:
         host_namespace = os.readlink("/proc/self/ns/mnt")
     except OSError:
         host_namespace = "unknown"
+    hidden = [h for h in _hidden_folders(caps.python)
+              if not any(_inside(w, h) or _inside(h, w) for w in writable)]
     return [*caps.launcher, caps.python, "-I", "-S", "-B", "-c", _FS_PREAMBLE, host_namespace,
-            str(max(1 << 12, int(limits.max_file_bytes))), *writable, "--", *command]
+            str(max(1 << 12, int(limits.max_file_bytes))), *writable, "--", *hidden, "--",
+            *(path for pair in binds for path in pair), "--", *command]
+
+
+def _inside(path: str, tree: str) -> bool:
+    path, tree = os.path.realpath(path), os.path.realpath(tree)
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+_SITES_CODE = """
+import glob, json, os, site, sys, sysconfig
+found = set()
+for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+    try:
+        found.update(site.getsitepackages([prefix]))
+    except Exception:
+        pass
+    for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages",
+                    "local/lib*/python3*/site-packages", "local/lib*/python3*/dist-packages",
+                    "lib*/python3/dist-packages"):
+        found.update(glob.glob(os.path.join(prefix, pattern)))
+found.update(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+found.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+print(json.dumps(sorted(found)))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _hidden_folders(python: str) -> tuple[str, ...]:
+    """What the unshare preamble covers with an empty folder: every site-packages folder of
+    ``python`` (its venv's, its base's, the system Pythons'), the project's own packages (the
+    task generators and loaders: an editable install lives outside site-packages) and the
+    Hugging Face cache (loaded datasets). Real paths; folders that do not exist are left out."""
+    from .bwrap import _SYSTEM_SITE_GLOBS, _ask
+
+    found: set[str] = set()
+    try:
+        found.update(_ask(python, _SITES_CODE))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    for pattern in _SYSTEM_SITE_GLOBS:
+        found.update(glob.glob(pattern))
+    package_root = Path(__file__).resolve().parents[1]  # pettingllms_envs
+    found.update(str(package_root.parent / name) for name in ("pettingllms_envs",
+                                                                "pettingllms_rllib"))
+    cache = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                        "huggingface")
+    found.update(p for p in (cache, os.environ.get("HF_DATASETS_CACHE")) if p)
+    real = sorted({os.path.realpath(p) for p in found if os.path.isdir(p)})
+    # a folder inside a hidden one goes with it; "/" and the interpreter's own tree never
+    keep = [p for p in real if p != "/" and not any(o != p and _inside(p, o) for o in real)]
+    def needed(folder: str) -> bool:  # holds the interpreter (by either path) or tempdir
+        paths = (os.path.abspath(python), os.path.realpath(python),
+                 os.path.realpath(tempfile.gettempdir()))
+        return any(p == folder or p.startswith(folder.rstrip("/") + "/") for p in paths)
+
+    return tuple(p for p in keep if not needed(p))
+
+
+def _package_folder(base: str, caps: SandboxCapabilities,
+                    limits: SandboxLimits) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """The allowlisted packages of one run outside bubblewrap, in a folder of the run's own
+    (removed with it): ``({"PYTHONPATH": folder}, binds)``. Behind the read-only preamble the
+    folder holds an empty mount point per package entry and ``binds`` the ``(host path,
+    mount point)`` pairs the preamble mounts (the package's site-packages is hidden); without
+    it, links to the packages and no binds. ``({}, ())`` for none."""
+    if not limits.packages:
+        return {}, ()
+    from .bwrap import package_binds
+
+    folder = os.path.join(base, "packages")
+    os.mkdir(folder)
+    os.chmod(folder, 0o755)  # a dropped uid reads it
+    pairs = []
+    for host, inside in package_binds(caps.python, limits.packages):
+        target = os.path.join(folder, os.path.basename(inside))
+        if not caps.filesystem_readonly:
+            os.symlink(host, target)
+        elif os.path.isdir(host):
+            os.mkdir(target)
+            os.chmod(target, 0o755)
+            pairs.append((host, target))
+        else:
+            with open(target, "w"):
+                pass
+            os.chmod(target, 0o644)
+            pairs.append((host, target))
+    return {"PYTHONPATH": folder}, tuple(pairs)
 
 
 def _fs_setup_failed(caps: SandboxCapabilities, returncode: int, stderr_head: bytes) -> bool:

@@ -1,10 +1,12 @@
 """The read-only file system preamble: runs INSIDE the sandbox, never imported by the library.
 
 :mod:`pettingllms_envs.sandbox` starts it as ``python -I -S -B -c <this file's source>
-HOST_MNT_NS SHM_BYTES DIR... -- COMMAND...`` inside the launcher's mount namespace, as its
-(namespaced) root: it makes every mount read-only except the ``DIR`` folders, mounts a private
-tmpfs on /dev/shm, drops all capabilities for good and becomes ``COMMAND`` (same pid,
-environment and file descriptors). Any Python 3; failures end it with exit status 125 and a
+HOST_MNT_NS SHM_BYTES DIR... -- HIDE... -- SOURCE TARGET... -- COMMAND...`` inside the
+launcher's mount namespace, as its (namespaced) root: it bind-mounts each ``SOURCE`` (a package
+a task allowlists) on its ``TARGET``, covers each ``HIDE`` folder (site-packages, the project's
+packages: what holds answers) with an empty read-only tmpfs, makes every mount read-only except
+the ``DIR`` folders, mounts a private tmpfs on /dev/shm, drops all capabilities for good and
+becomes ``COMMAND`` (same pid, environment and file descriptors). Any Python 3; failures end it with exit status 125 and a
 ``sandbox: read-only file system setup failed:`` message before the program runs.
 """
 import ctypes, os, sys
@@ -24,7 +26,7 @@ def unescape(raw):
     return parts[0] + b"".join(bytes([int(p[:3], 8)]) + p[3:] for p in parts[1:])
 
 
-def main(host_namespace, shm_bytes, writable, command):
+def main(host_namespace, shm_bytes, writable, hidden, binds, command):
     if os.readlink("/proc/self/ns/mnt") == host_namespace:
         raise OSError("not in a mount namespace of its own; the host's mounts stay as they are")
     libc = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +43,13 @@ def main(host_namespace, shm_bytes, writable, command):
     cwd = os.getcwd()
     mount(None, b"/", None, REC | PRIVATE)  # nothing done here propagates to the host
     wanted = {}  # mount point -> flags it must have; every other mount: RDONLY|NOSUID|NODEV
+    for index in range(0, len(binds) - 1, 2):  # allowlisted packages, before their folder hides
+        mount(os.fsencode(binds[index]), os.fsencode(binds[index + 1]), None, BIND)
+    for folder in hidden:  # nothing of what they hold stays reachable by path
+        folder = os.fsencode(folder)
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            mount(b"tmpfs", folder, b"tmpfs", RDONLY | NOSUID | NODEV, b"size=4096,mode=0555")
+            wanted[folder] = RDONLY | NOSUID | NODEV
     for folder in writable:
         folder = os.fsencode(os.path.realpath(folder))
         mount(folder, folder, None, BIND)  # a mount of its own, left writable
@@ -96,8 +105,11 @@ def main(host_namespace, shm_bytes, writable, command):
 
 
 try:
-    end = sys.argv.index("--")
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3:end], sys.argv[end + 1:])
+    first = sys.argv.index("--")
+    second = sys.argv.index("--", first + 1)
+    third = sys.argv.index("--", second + 1)
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3:first], sys.argv[first + 1:second],
+         sys.argv[second + 1:third], sys.argv[third + 1:])
 except BaseException as exc:
     os.write(2, ("sandbox: read-only file system setup failed: %s\n" % (exc,)).encode(
         "utf-8", "replace"))

@@ -48,7 +48,7 @@ def run_python_pair(judge_code: str, program_code: str, *,
     for name, code in (("judge_code", judge_code), ("program_code", program_code)):
         if not isinstance(code, str):
             raise TypeError(f"{name} must be str, got {type(code).__name__}")
-    caps = sandbox_capabilities(python)
+    caps = sandbox_capabilities(python, limits.launcher)
     _check_isolation(caps, limits)
     to_program_read, to_program_write = os.pipe()
     to_judge_read, to_judge_write = os.pipe()

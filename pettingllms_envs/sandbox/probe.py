@@ -2,9 +2,14 @@
 
 The bubblewrap launcher (:mod:`~pettingllms_envs.sandbox.bwrap`) is tried first: its probe run
 must show a network and IPC namespace other than the host's, a uid other than 0 on a root
-host, a read-only ``/usr``, no descriptor beyond 0-2 and a refused ``ptrace``. Where it fails
-(or ``$PETTINGLLMS_SANDBOX_LAUNCHER=unshare``), the unshare launcher below is probed; the notes
-say why bubblewrap was not used.
+host, a read-only ``/usr``, no descriptor beyond 0-2, a refused ``ptrace`` and no installed
+package on its ``sys.path`` (the site-packages folders empty). Where ``bwrap``
+is installed but fails it, nothing falls back silently: :func:`sandbox_capabilities` raises
+:class:`~pettingllms_envs.sandbox.SandboxUnavailableError` with the probe's reason and the fix.
+The unshare launcher below is probed only where ``bwrap`` is not installed (launcher ``auto``)
+or where it is chosen explicitly (``SandboxLimits.launcher``, a task's ``sandbox: {launcher:
+unshare}``, or ``$PETTINGLLMS_SANDBOX_LAUNCHER=unshare``); the notes say why bubblewrap was not
+used.
 
 OS-dependent mechanisms (probed once per interpreter and cached, see :func:`sandbox_capabilities`)
 --------------------------------------------------------------------------------------------------
@@ -46,7 +51,7 @@ import sys
 import tempfile
 import threading
 
-from .bwrap import InterpreterLayout
+from .bwrap import PYTHON_MOUNT, InterpreterLayout
 from .cgroups import _pids_cgroup_root
 from .filesystem import _FS_PROBE_CODE
 from .results import SandboxLimits
@@ -99,10 +104,16 @@ class SandboxCapabilities:
         if self.network_isolated:
             said.append("no network (own network namespace), host loopback included")
         if self.private_root:
-            said.append("minimal root: only /usr, the interpreter and its packages, read-only;"
-                        " private tmpfs /sandbox, /tmp, /dev/shm")
+            said.append("minimal root: only /usr and the interpreter's standard library, "
+                        "read-only; no site-packages, no venv, no checkout (a task's "
+                        "allowlisted packages only); private tmpfs /sandbox, /tmp, /dev/shm")
         elif self.filesystem_readonly:
-            said.append("host file system visible read-only")
+            said.append("host file system visible read-only, but for the interpreter's "
+                        "site-packages, the project's packages and the Hugging Face cache "
+                        "(empty); imports: standard library only (python -S)")
+        else:
+            said.append("imports: standard library only (python -S), but the host's "
+                        "site-packages, venv and checkout stay readable by path")
         if self.pid_namespace:
             said.append("own pid namespace: host processes invisible, nothing outlives the run")
         if self.ipc_isolated:
@@ -118,45 +129,116 @@ class SandboxCapabilities:
         return tuple(said)
 
 
-#: Environment variable choosing the launcher: "auto" (default: bubblewrap where it works,
-#: else unshare), "bubblewrap", "unshare" or "none" (no isolation; needs allow_unisolated).
+#: Environment variable choosing the launcher: "auto" (default: bubblewrap where it is
+#: installed, else unshare), "bubblewrap", "unshare" or "none" (no isolation; needs
+#: allow_unisolated). A task's ``sandbox: {launcher: ...}`` (``SandboxLimits.launcher``) wins.
 LAUNCHER_ENV_VAR = "PETTINGLLMS_SANDBOX_LAUNCHER"
 LAUNCHERS = ("auto", "bubblewrap", "unshare", "none")
 
 _CAPS_LOCK = threading.Lock()
-_CAPS_CACHE: dict[tuple[str, str], SandboxCapabilities] = {}
+_CAPS_CACHE: dict[tuple[str, str], SandboxCapabilities | BaseException] = {}
+_ANNOUNCED: set[tuple[str, str]] = set()
 
 
-def sandbox_capabilities(python: str | None = None) -> SandboxCapabilities:
+def check_launcher(name: object, where: str = "sandbox launcher") -> str:
+    """``name`` if it is one of :data:`LAUNCHERS`, else a ValueError listing them."""
+    if name not in LAUNCHERS:
+        raise ValueError(f"{where} {name!r} does not exist; accepted: {', '.join(LAUNCHERS)}")
+    return str(name)
+
+
+def chosen_launcher(launcher: str | None = None) -> str:
+    """The launcher asked for: ``launcher`` (a task's ``sandbox: {launcher: ...}``), else
+    ``$PETTINGLLMS_SANDBOX_LAUNCHER``, else ``auto``; an unknown name raises ValueError."""
+    if launcher is not None:
+        return check_launcher(launcher)
+    return check_launcher(os.environ.get(LAUNCHER_ENV_VAR, "auto") or "auto",
+                          f"${LAUNCHER_ENV_VAR}:")
+
+
+def sandbox_capabilities(python: str | None = None,
+                         launcher: str | None = None) -> SandboxCapabilities:
     """Probe (once per interpreter and launcher choice, then cached) which isolation
-    mechanisms work here. The launcher is ``$PETTINGLLMS_SANDBOX_LAUNCHER`` (one of
-    :data:`LAUNCHERS`, default ``auto``); an unknown name raises ``ValueError``."""
+    mechanisms work here, for the launcher :func:`chosen_launcher` names.
+
+    Raises ``ValueError`` for an unknown launcher, and
+    :class:`~pettingllms_envs.sandbox.SandboxUnavailableError` (every later call too, from the
+    cache) where bubblewrap is installed but fails its probe and the weaker launcher was not
+    chosen explicitly, or where ``bubblewrap`` was asked for and does not work: the message
+    gives the probe's reason and the fix. The choice and its guarantees are logged once per
+    process (a warning for anything weaker than bubblewrap)."""
+    from .results import SandboxUnavailableError
+
     exe = python or os.environ.get(PYTHON_ENV_VAR) or sys.executable
-    choice = os.environ.get(LAUNCHER_ENV_VAR, "auto") or "auto"
-    if choice not in LAUNCHERS:
-        raise ValueError(f"${LAUNCHER_ENV_VAR}={choice!r} is not a launcher; known: "
-                         f"{', '.join(LAUNCHERS)}")
+    choice = chosen_launcher(launcher)
+    key = (exe, choice)
     with _CAPS_LOCK:
-        if (exe, choice) not in _CAPS_CACHE:
-            caps = _probe_choice(exe, choice)
-            _CAPS_CACHE[(exe, choice)] = caps
+        if key not in _CAPS_CACHE:
+            try:
+                caps: SandboxCapabilities | BaseException = _probe_choice(exe, choice)
+            except SandboxUnavailableError as exc:
+                caps = exc
+            _CAPS_CACHE[key] = caps
             logger.debug("sandbox capabilities: %s", caps)
-            if caps.launcher_name != "bubblewrap":
-                logger.warning("sandbox: bubblewrap is not in use (%s); weaker guarantees: %s",
+        caps = _CAPS_CACHE[key]
+        if isinstance(caps, BaseException):
+            raise SandboxUnavailableError(str(caps))  # a fresh one: no traceback piles up
+        if key not in _ANNOUNCED:
+            _ANNOUNCED.add(key)
+            if caps.launcher_name == "bubblewrap":
+                logger.info("sandbox: launcher %r -> bubblewrap; %s", choice,
+                            "; ".join(caps.guarantees))
+            else:
+                logger.warning("sandbox: launcher %r -> %s: bubblewrap is not in use (%s); "
+                               "weaker guarantees: %s", choice, caps.launcher_name,
                                "; ".join(caps.notes) or "not chosen", "; ".join(caps.guarantees))
-        return _CAPS_CACHE[(exe, choice)]
+        return caps
+
+
+def describe_sandbox(python: str | None = None, launcher: str | None = None) -> dict:
+    """The launcher in use and its guarantees as plain data (for a run's params), probing
+    if needed; raises what :func:`sandbox_capabilities` raises."""
+    caps = sandbox_capabilities(python, launcher)
+    return {"launcher_chosen": chosen_launcher(launcher), "launcher": caps.launcher_name,
+            "python": caps.python, "guarantees": list(caps.guarantees), "notes": list(caps.notes)}
+
+
+def _bwrap_fix(why: str) -> str:
+    if os.geteuid() != 0:
+        fix = ("bubblewrap runs unprivileged here: it needs unprivileged user namespaces "
+               "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0; "
+               "some AppArmor profiles block them: kernel.apparmor_restrict_unprivileged_"
+               "userns=0), and read access to the interpreter's prefix")
+    else:
+        fix = ("as root, bubblewrap needs to create mount, pid and network namespaces (in a "
+               "container: run it with CAP_SYS_ADMIN, or --privileged) and `setpriv` "
+               "(util-linux)")
+    return (f"bubblewrap is installed but unusable: {why}. Fix: {fix}; try "
+            f"`bwrap --ro-bind / / --unshare-all true` to see bubblewrap's own error. Or choose "
+            f"the weaker launcher explicitly: `sandbox: {{launcher: unshare}}` in the task's "
+            f"env_config, or {LAUNCHER_ENV_VAR}=unshare (docs/sandbox.md lists what it does "
+            f"not guarantee)")
 
 
 def _probe_choice(python: str, choice: str) -> SandboxCapabilities:
+    from .bwrap import find_bwrap
+    from .results import SandboxUnavailableError
+
     notes: list[str] = []
-    if choice in ("auto", "bubblewrap"):
-        caps, why = _probe_bubblewrap(python)
-        if caps is not None:
-            return caps
-        notes.append(f"bubblewrap unusable: {why}")
     if choice == "none":
         return SandboxCapabilities(python, (), False, False, None, "none", None,
                                    ("no launcher chosen",))
+    if choice in ("auto", "bubblewrap"):
+        if find_bwrap() is None and choice == "auto":
+            notes.append("bubblewrap unusable: no `bwrap` binary (Debian: apt-get install "
+                         "bubblewrap)")
+        else:
+            caps, why = _probe_bubblewrap(python)
+            if caps is not None:
+                return caps
+            raise SandboxUnavailableError(_bwrap_fix(why))
+    else:
+        notes.append(f"bubblewrap not used: launcher {choice!r} chosen")
     caps = _probe(python)
     return dataclasses.replace(caps, notes=tuple(notes) + caps.notes)
 
@@ -174,6 +256,9 @@ print(sorted(os.listdir("/proc/self/fd")))
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 print("ptrace", libc.ptrace(0x4206, os.getppid(), 0, 0))
+import sys
+print("site", sum(len(os.listdir(p)) for p in sys.path
+                  if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)))
 """
 
 
@@ -193,6 +278,19 @@ def _probe_bubblewrap(python: str) -> tuple[SandboxCapabilities | None, str]:
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return None, f"cannot read the interpreter's layout ({exc})"
     root = os.geteuid() == 0
+    if root:  # the run's uid reaches the prefix through the neutral mount, not the host path,
+        # but the prefix's own folders keep their modes
+        for path in (layout.host_prefix, os.path.dirname(os.path.join(
+                layout.host_prefix, os.path.relpath(layout.executable, PYTHON_MOUNT)))):
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:
+                return None, f"cannot stat the interpreter's prefix ({exc})"
+            if mode & 0o005 != 0o005:
+                return None, (f"{path} (mode {mode & 0o777:o}) cannot be entered by other "
+                              f"users, so the run's own uid cannot start the interpreter "
+                              f"(chmod o+rx {path}, or set ${PYTHON_ENV_VAR} to an "
+                              f"interpreter others can run)")
     memory_root = _memory_cgroup_root()
     caps = SandboxCapabilities(
         python, (), True, True, _next_uid() if root else None, "rlimit", None,
@@ -209,7 +307,7 @@ def _probe_bubblewrap(python: str) -> tuple[SandboxCapabilities | None, str]:
     result = _run(_BWRAP_PROBE_CODE, "", SandboxLimits(wall_time_s=20, cpu_time_s=10), caps,
                   probing=True)
     lines = result.stdout.splitlines()
-    if not result.ok or len(lines) != 4:
+    if not result.ok or len(lines) != 5:
         return None, f"the probe run failed ({result.describe_failure()[-300:]})"
     net, ipc, uid = lines[0].split()
     expected = {"net": os.readlink("/proc/self/ns/net"), "ipc": os.readlink("/proc/self/ns/ipc")}
@@ -223,6 +321,8 @@ def _probe_bubblewrap(python: str) -> tuple[SandboxCapabilities | None, str]:
         return None, f"the run inherited descriptors {lines[2]}"
     if lines[3] != "ptrace -1":
         return None, "ptrace was not refused"
+    if lines[4] != "site 0":
+        return None, "the run saw installed packages on its sys.path (site-packages not hidden)"
     return caps, ""
 
 

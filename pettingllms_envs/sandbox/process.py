@@ -56,18 +56,21 @@ class _StartError(Exception):
 def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
              rlimits: SandboxLimits, wall_time_s: float, caps: SandboxCapabilities,
              cgroup: str | None, probing: bool = False, pass_fds: tuple[int, ...] = (),
-             extra_cgroups: tuple[str, ...] = (), on_started=None) -> _Exit:
+             extra_cgroups: tuple[str, ...] = (), on_started=None,
+             extra_env: dict[str, str] | None = None) -> _Exit:
     """Start ``argv`` under ``rlimits`` (as ``uid``, in ``cgroup``), wait at most
     ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`.
 
     ``on_started`` (no arguments) is called once the start was tried, whether or not it
     worked: a caller that handed the process pipe ends closes its own copies then, so the
-    other side sees end-of-file when this process exits."""
+    other side sees end-of-file when this process exits. ``extra_env`` is added to the
+    scrubbed environment (a task's ``PYTHONPATH``)."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
-            env=_scrubbed_env(cwd), start_new_session=True, close_fds=True, pass_fds=pass_fds,
+            env={**_scrubbed_env(cwd), **(extra_env or {})}, start_new_session=True,
+            close_fds=True, pass_fds=pass_fds,
             preexec_fn=_make_preexec(rlimits, [os.path.join(c, "cgroup.procs")
                                                for c in (cgroup, *extra_cgroups) if c]),
             user=uid, group=uid, extra_groups=[] if uid is not None else None)
@@ -97,10 +100,17 @@ def _reap(proc: subprocess.Popen) -> tuple[int, float]:
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def _python_flags() -> list[str]:
-    # -s: no user site; -B: no .pyc. (Not -P: the interpreter may be older than 3.11, and the
-    # script folder it would keep off sys.path is the scratch folder anyway.)
-    return ["-s", "-B"]
+def _python_flags(caps: SandboxCapabilities | None = None) -> list[str]:
+    """-s: no user site; -B: no .pyc. Under bubblewrap the site-packages folders are empty
+    mounts, so ``site`` runs (``exit()`` and ``quit()`` exist) and adds nothing. Elsewhere the
+    host's site-packages are readable, so -S keeps ``site`` from putting them on ``sys.path``
+    (a program may still read them, or add them itself: see docs/sandbox.md). Not ``-I``:
+    it implies ``-E``, which would ignore ``PYTHONHASHSEED=0`` and a task's ``PYTHONPATH``;
+    the environment is scrubbed by us anyway. (Not -P: the interpreter may be older than
+    3.11, and the script folder it would keep off sys.path is the scratch folder anyway.)"""
+    if caps is not None and caps.launcher_name == "bubblewrap":
+        return ["-s", "-B"]
+    return ["-S", "-s", "-B"]
 
 
 def _scrubbed_env(home: str) -> dict[str, str]:

@@ -74,6 +74,12 @@ class SandboxLimits:
             all: the program shares the host's network, files and processes). Off by default:
             such a host raises :class:`SandboxUnavailableError` at the first run; on, each
             process warns once.
+        launcher: the launcher for this task's runs, one of ``LAUNCHERS`` (``"unshare"`` to
+            choose the weaker launcher explicitly where bubblewrap fails its probe), or None
+            (default): ``$PETTINGLLMS_SANDBOX_LAUNCHER``, else ``"auto"``.
+        packages: top-level names of installed packages the program may import besides the
+            standard library (e.g. ``("numpy",)``), mounted one by one; none by default. Never
+            the project's own packages, nor (checked by each task) one holding the task's data.
     """
 
     wall_time_s: float = 5.0
@@ -84,13 +90,21 @@ class SandboxLimits:
     max_file_bytes: int = 16 * 1024 * 1024
     max_output_bytes: int = 64 * 1024
     allow_unisolated: bool = False
+    launcher: str | None = None
+    packages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from .bwrap import check_packages  # no cycle: bwrap imports nothing of the package
+        from .probe import check_launcher
+
+        if self.launcher is not None:
+            check_launcher(self.launcher, "SandboxLimits.launcher")
+        object.__setattr__(self, "packages", check_packages(self.packages))
         if not isinstance(self.allow_unisolated, bool):
             raise ValueError(f"SandboxLimits.allow_unisolated must be True or False, "
                              f"got {self.allow_unisolated!r}")
         for field in dataclasses.fields(self):
-            if field.name == "allow_unisolated":
+            if field.name in ("allow_unisolated", "launcher", "packages"):
                 continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

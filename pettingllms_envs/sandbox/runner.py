@@ -1,9 +1,16 @@
 """The public entry points :func:`run_python` and :func:`run_python_batch`: one run's
 workspace, its uid, its supervised process and its result.
 
-One subprocess per run, ``python -s -B solution.py`` in a fresh scratch folder (its cwd and
-``HOME``), deleted afterwards. Not ``-I``: ``-I`` implies ``-E``, which would ignore the
+One subprocess per run, ``python -s -B solution.py`` (``-S`` too outside bubblewrap, see
+:func:`~pettingllms_envs.sandbox.process._python_flags`) in a fresh scratch folder (its cwd
+and ``HOME``), deleted afterwards. Not ``-I``: ``-I`` implies ``-E``, which would ignore the
 ``PYTHONHASHSEED=0`` we set; since we pass a scrubbed environment ourselves, ``-E`` buys nothing.
+
+What the program can import: the standard library, plus the packages its limits allowlist
+(``SandboxLimits.packages``): under bubblewrap those alone are mounted (at
+``/sandbox-packages``, on ``PYTHONPATH``); under unshare ``PYTHONPATH`` is a folder of the run's
+own where the read-only preamble mounts them (their site-packages hidden; links to them where
+there is no read-only view).
 """
 
 from __future__ import annotations
@@ -18,11 +25,11 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
-from .bwrap import BWRAP_SCRATCH, bwrap_argv, find_bwrap
+from .bwrap import BWRAP_SCRATCH, PACKAGES_MOUNT, bwrap_argv, find_bwrap, package_binds
 from .cgroups import (_cgroup_max_hit, _memory_limit_hit, _open_cgroup, _open_memory_cgroup,
                       _remove_cgroup)
 from .cleanup import remove_tree
-from .filesystem import _fs_setup_failed, _sandbox_argv
+from .filesystem import _fs_setup_failed, _package_folder, _sandbox_argv
 from .probe import SandboxCapabilities, sandbox_capabilities
 from .process import (_StartError, _execute, _python_flags, _read_output, _run_counter,
                       _scrubbed_env)
@@ -46,7 +53,7 @@ def run_python(code: str, *, stdin: str = "", limits: SandboxLimits = SandboxLim
     ``sys.executable``). Never raises for anything the program does; only a host that cannot
     create a temporary folder makes it raise.
     """
-    caps = sandbox_capabilities(python)
+    caps = sandbox_capabilities(python, limits.launcher)
     _check_isolation(caps, limits)
     return _run(code, stdin, limits, caps)
 
@@ -91,7 +98,7 @@ def run_python_batch(code: str, stdins: Sequence[str], *, limits: SandboxLimits 
     inputs = [str(s).encode("utf-8", errors="replace") for s in stdins]
     if not inputs:
         return []
-    caps = sandbox_capabilities(python)
+    caps = sandbox_capabilities(python, limits.launcher)
     _check_isolation(caps, limits)
     if caps.launcher_name == "bubblewrap":  # one sandbox per input: nothing shared at all
         return [_run(code, data.decode("utf-8"), limits, caps) for data in inputs]
@@ -154,8 +161,9 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
         with open(stdin_path, "wb") as handle:
             handle.write(str(stdin).encode("utf-8", errors="replace"))
         cgroup = _open_cgroup(caps, limits.max_processes + 1)  # +1: the `unshare --fork` parent
-        argv = _sandbox_argv(caps, [caps.python, *_python_flags(), _SCRIPT_NAME], [scratch],
-                             limits)
+        package_env, binds = _package_folder(base, caps, limits)
+        argv = _sandbox_argv(caps, [caps.python, *_python_flags(caps), _SCRIPT_NAME], [scratch],
+                             limits, binds)
         out_path, err_path = os.path.join(base, "stdout"), os.path.join(base, "stderr")
         with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, \
                 open(err_path, "wb") as ferr:
@@ -167,7 +175,8 @@ def _run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities
                                 stdout=stdio.stdout_fd if stdio else fout, stderr=ferr,
                                 cwd=scratch, uid=uid, rlimits=limits,
                                 wall_time_s=limits.wall_time_s, caps=caps, cgroup=cgroup,
-                                probing=probing, on_started=stdio.on_started if stdio else None)
+                                probing=probing, on_started=stdio.on_started if stdio else None,
+                                extra_env=package_env)
             except _StartError as exc:
                 return _not_started(f"sandbox could not start: {exc}", caps)
         pids_max_hit = _cgroup_max_hit(cgroup) if cgroup else None
@@ -217,7 +226,11 @@ def _run_bwrap(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabi
         with open(paths["solution.py"], "rb") as script, open(paths["seccomp"], "rb") as flt, \
                 open(paths["stdin"], "rb") as fin, open(paths["stdout"], "wb") as fout, \
                 open(paths["stderr"], "wb") as ferr:
-            command = [caps.layout.executable, *_python_flags(), _SCRIPT_NAME]
+            command = [caps.layout.executable, *_python_flags(caps), _SCRIPT_NAME]
+            env = {**_scrubbed_env(BWRAP_SCRATCH), **dict(caps.layout.env)}
+            packages = package_binds(caps.python, limits.packages)
+            if packages:
+                env["PYTHONPATH"] = PACKAGES_MOUNT
             host_limits = limits
             if uid is None:
                 # Unprivileged host: every run is this user's uid, and RLIMIT_NPROC set here
@@ -232,7 +245,7 @@ def _run_bwrap(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabi
                 find_bwrap() or "bwrap", caps.layout, command,
                 script_fd=script.fileno(), seccomp_fd=flt.fileno(), status_fd=status_write,
                 run_uid=uid, tmpfs_bytes=max(2 * limits.max_file_bytes, 1 << 20),
-                env=_scrubbed_env(BWRAP_SCRATCH), disable_userns=uid is None)
+                env=env, disable_userns=uid is None, packages=packages)
             try:
                 done = _execute(argv, stdin=stdio.stdin_fd if stdio else fin,
                                 stdout=stdio.stdout_fd if stdio else fout, stderr=ferr,

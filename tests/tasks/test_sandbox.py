@@ -440,7 +440,8 @@ def test_a_failing_read_only_setup_means_the_program_does_not_run(monkeypatch):
         pytest.skip(f"needs a user namespace launcher to test safely: {caps.launcher}")
     no_mount_ns = dataclasses.replace(
         caps, launcher=(caps.launcher[0], "--user", "--map-root-user", "--net", "--"))
-    monkeypatch.setattr(runner, "sandbox_capabilities", lambda python=None: no_mount_ns)
+    monkeypatch.setattr(runner, "sandbox_capabilities",
+                        lambda python=None, launcher=None: no_mount_ns)
     code = "print('ran')"
     results = [run_python(code, limits=FAST), *run_python_batch(code, ["", ""], limits=FAST)]
     for result in results:
@@ -458,7 +459,7 @@ def test_where_the_read_only_setup_fails_the_probe_says_so_and_runs_go_on(monkey
     assert not caps.filesystem_readonly
     assert any(note.startswith("file system NOT read-only") for note in caps.notes), caps.notes
     assert caps.network_isolated == sandbox_capabilities().network_isolated
-    monkeypatch.setattr(runner, "sandbox_capabilities", lambda python=None: caps)
+    monkeypatch.setattr(runner, "sandbox_capabilities", lambda python=None, launcher=None: caps)
     results = [run_python("print('ran')", limits=FAST),
                *run_python_batch("print('ran')", [""], limits=FAST)]
     assert all(r.ok and r.stdout == "ran\n" and not r.filesystem_readonly for r in results)

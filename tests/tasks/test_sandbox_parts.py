@@ -33,13 +33,25 @@ def test_no_seccomp_program_for_an_unknown_architecture():
 
 
 def test_the_bubblewrap_command_binds_only_the_interpreter_and_system_folders():
-    layout = InterpreterLayout("/opt/venv/bin/python", ("/home/me/.pyenv/3.11", "/opt/venv"))
-    argv = bwrap_argv("/usr/bin/bwrap", layout, ["/opt/venv/bin/python", "solution.py"],
+    layout = InterpreterLayout(
+        "/sandbox-python/bin/python3.11", (("/home/me/.pyenv/3.11", "/sandbox-python"),),
+        hidden=("/sandbox-python/lib/python3.11/site-packages",))
+    packages = (("/opt/venv/lib/python3.11/site-packages/numpy", "/sandbox-packages/numpy"),)
+    argv = bwrap_argv("/usr/bin/bwrap", layout, ["/sandbox-python/bin/python3.11", "solution.py"],
                       script_fd=5, seccomp_fd=6, status_fd=7, run_uid=2_000_123,
-                      tmpfs_bytes=1 << 20, env={"HOME": "/sandbox"}, disable_userns=False)
-    binds = [argv[i + 1] for i, arg in enumerate(argv) if arg in ("--ro-bind", "--bind")]
-    assert "/home/me/.pyenv/3.11" in binds and "/opt/venv" in binds
-    assert not any(b in ("/", "/home", "/home/me", "/opt", "/tmp", "/root") for b in binds)
+                      tmpfs_bytes=1 << 20, env={"HOME": "/sandbox"}, disable_userns=False,
+                      packages=packages)
+    binds = [(argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv)
+             if arg in ("--ro-bind", "--bind")]
+    assert ("/home/me/.pyenv/3.11", "/sandbox-python") in binds
+    assert packages[0] in binds
+    sources = [source for source, _ in binds]
+    assert not any(b in ("/", "/home", "/home/me", "/opt", "/opt/venv", "/tmp", "/root")
+                   for b in sources)
+    assert not any("site-packages" in source and not source.endswith("/numpy")
+                   for source in sources)  # no whole site-packages folder is bound
+    hidden = argv.index("/sandbox-python/lib/python3.11/site-packages")
+    assert argv[hidden - 1] == "--tmpfs" and "--remount-ro" in argv[hidden:]
     assert "--bind" not in argv  # nothing of the host is writable
     for flag in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
                  "--new-session", "--clearenv"):
@@ -47,11 +59,11 @@ def test_the_bubblewrap_command_binds_only_the_interpreter_and_system_folders():
     assert argv[argv.index("--seccomp") + 1] == "6"
     tail = argv[argv.index("--") + 1:]
     assert tail[0].endswith("setpriv") and "2000123" in tail and tail[-2:] == [
-        "/opt/venv/bin/python", "solution.py"]
+        "/sandbox-python/bin/python3.11", "solution.py"]
 
 
 def test_unprivileged_bubblewrap_maps_the_program_to_nobody():
-    layout = InterpreterLayout("/usr/bin/python3", ())
+    layout = InterpreterLayout("/sandbox-python/bin/python3", (("/usr", "/sandbox-python"),))
     argv = bwrap_argv("bwrap", layout, ["/usr/bin/python3", "solution.py"], script_fd=3,
                       seccomp_fd=None, status_fd=4, run_uid=None, tmpfs_bytes=1 << 20, env={},
                       disable_userns=True)
