@@ -16,6 +16,7 @@ Everything an experiment writes (Tune results, checkpoints, the learning-curve p
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -79,6 +80,27 @@ def _cluster_problems(experiment) -> list[str]:
     return sorted(set(problems))
 
 
+def _record_sandbox(experiment, experiment_dir: Path) -> None:
+    """Say once which sandbox launcher runs the agents' programs and what it guarantees, and
+    write it to ``<experiment>/sandbox.json`` beside the trials' params (only for a task that
+    runs programs: one whose env holds ``sandbox_limits``)."""
+    from pettingllms_rllib.envs.registry import make_text_env
+
+    config = experiment.config
+    limits = getattr(make_text_env(config.env, config.env_config), "sandbox_limits", None)
+    if limits is None:
+        return
+    from pettingllms_envs.sandbox import describe_sandbox
+
+    described = describe_sandbox(launcher=getattr(limits, "launcher", None))
+    strongest = described["launcher"] == "bubblewrap"
+    logger.log(logging.INFO if strongest else logging.WARNING,
+               "sandbox: %s (chosen: %s); guarantees: %s", described["launcher"],
+               described["launcher_chosen"], "; ".join(described["guarantees"]) or "none")
+    experiment_dir.mkdir(parents=True, exist_ok=True)
+    (experiment_dir / "sandbox.json").write_text(json.dumps(described, indent=2) + "\n")
+
+
 def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.experiment import ExperimentError, load_experiment
 
@@ -98,6 +120,7 @@ def _train(args: argparse.Namespace) -> int:
         logger.error("%s", problem)
         return 2
     output.mkdir(parents=True, exist_ok=True)
+    _record_sandbox(experiment, experiment_dir)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
