@@ -52,6 +52,10 @@ NUM_GENERATED_TOKENS = "num_generated_tokens"
 #: ``env_runners/num_generated_tokens_lifetime``: response tokens generated since the start:
 #: the training budget, for matching arms by generated tokens (a Tune stop criterion).
 NUM_GENERATED_TOKENS_LIFETIME = "num_generated_tokens_lifetime"
+#: ``env_runners/num_play_on_tokens``: tokens generated this iteration to play candidates on
+#: (stage credit, rewards paid to idle agents; ``core/tree_sampler.py``), which no record
+#: holds and ``num_generated_tokens`` does not count.
+NUM_PLAY_ON_TOKENS = "num_play_on_tokens"
 #: ``env_runners/num_runners_lost``: runners whose tasks this iteration could not sample.
 RUNNERS_LOST = "num_runners_lost"
 #: ``env_runners/weights_version_min``: the oldest weights version a runner sampled with.
@@ -184,7 +188,8 @@ EVALUATION_AGENT_RETURN_MEAN = "return_mean"
 GROUPS: dict[str, tuple[str, ...]] = {
     "": (HELD_OUT_SUCCESS, ENV_RUNNERS, LEARNERS, EVALUATION, AT_GRPO_RESULTS),
     ENV_RUNNERS: (SUCCESS_RATE, EPISODE_TURNS_MEAN, NUM_SAMPLES, TASKS_DROPPED,
-                  NUM_GENERATED_TOKENS, NUM_GENERATED_TOKENS_LIFETIME, RUNNERS_LOST,
+                  NUM_GENERATED_TOKENS, NUM_GENERATED_TOKENS_LIFETIME, NUM_PLAY_ON_TOKENS,
+                  RUNNERS_LOST,
                   WEIGHTS_VERSION_MIN, AGENT),
     f"{ENV_RUNNERS}/{AGENT}/<agent>": (AGENT_SAMPLE_REWARD_MEAN, AGENT_PARSE_ERROR_RATE,
                                        AGENT_EPISODE_RETURN_MEAN, AGENT_RESPONSE_TOKENS_MEAN,

@@ -86,6 +86,7 @@ from pettingllms_rllib.metric_keys import (
     HELD_OUT_SUCCESS,
     ITERATION_SECONDS,
     NUM_GENERATED_TOKENS,
+    NUM_PLAY_ON_TOKENS,
     NUM_GENERATED_TOKENS_LIFETIME,
     NUM_GROUPS,
     NUM_SAMPLES,
@@ -368,6 +369,8 @@ class ATGRPO(Algorithm):
         self._log_rollout_metrics(records, episodes, sum(o["env_steps"] for o in outputs),
                                   sum(int(o.get("tasks_dropped", 0)) for o in outputs),
                                   failed_groups)
+        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_PLAY_ON_TOKENS),
+                               sum(int(o.get("play_on_tokens", 0)) for o in outputs), window=1)
         by_module: dict[str, list[float]] = defaultdict(list)
         for record in trained:
             by_module[record.module_id].append(record.advantage)

@@ -205,6 +205,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 "worker_index": self.worker_index or 0, "env_steps": steps,
                 "tasks_dropped": len(result.dropped_tasks),
                 "failed_groups": dict(result.failed_groups),
+                "play_on_tokens": result.num_play_on_tokens,
                 "generate_s": generate.seconds, "sample_s": time.perf_counter() - start}
 
     @override(EnvRunner)

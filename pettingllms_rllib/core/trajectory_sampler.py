@@ -79,4 +79,5 @@ def regroup_by_task(result: TreeSampleResult,
     episodes = [dataclasses.replace(episode, task=task_of_copy[episode.task])
                 for episode in result.episodes if task_of_copy[episode.task] not in dropped]
     return TreeSampleResult(records=records, episodes=episodes, dropped_tasks=dropped,
-                            failed_groups=result.failed_groups, num_groups=result.num_groups)
+                            failed_groups=result.failed_groups, num_groups=result.num_groups,
+                            num_play_on_tokens=result.num_play_on_tokens)

@@ -106,6 +106,9 @@ class TreeSampleResult:
     failed_groups: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Groups sampled, failed ones included (the denominator of the failure share).
     num_groups: int = 0
+    #: Tokens generated to play candidates on (stage credit, rewards paid to idle agents):
+    #: generation the records do not hold.
+    num_play_on_tokens: int = 0
 
 
 @dataclasses.dataclass
@@ -213,6 +216,7 @@ class TreeSampler:
         self._failures: Counter = Counter()
         self._last_failure: BaseException | None = None
         self._saw_open_turn = False
+        self._play_on_tokens = 0
         num_groups = 0
         for _ in range(self.max_stages):
             if not live:
@@ -243,7 +247,8 @@ class TreeSampler:
         self._check_failure_share(num_groups)
         self._warn_if_nothing_credited()
         return TreeSampleResult(records=records, episodes=summaries, dropped_tasks=dropped,
-                                failed_groups=dict(self._failures), num_groups=num_groups)
+                                failed_groups=dict(self._failures), num_groups=num_groups,
+                                num_play_on_tokens=self._play_on_tokens)
 
     # ------------------------------------------------------------------ failures
     def _step_clone(self, state: TextParallelEnv, actions: Mapping[str, str], where: str):
@@ -435,6 +440,7 @@ class TreeSampler:
             prompts = [playing[i].env.current_observations()[agent] for i, agent in requests]
             for (index, agent), completions in zip(requests, self.generate(module, prompts, 1)):
                 answers[index][agent] = completions[0].text
+                self._play_on_tokens += len(completions[0].response_ids)
         return answers
 
     def _play_step(self, play: _PlayOn, actions: dict[str, str]):

@@ -127,6 +127,8 @@ def test_only_the_team_outcome_tells_the_first_roles_candidates_apart_and_it_tra
         if keep:
             by_agent[record.agent].append(advantage)
     assert any(abs(a) > 0.1 for a in by_agent["hinter"]), "the first role got no signal"
+    # The cost: one answerer answer (one token here) per hinter candidate of each task.
+    assert result.num_play_on_tokens == 3 * 3
     # The greedy path continued the right hint, and the episode's first-role return holds
     # the team outcome the env paid it on the answerer's step.
     assert [e.agent_return["hinter"] for e in result.episodes] == [1.0, 1.0, 1.0]
