@@ -149,8 +149,11 @@ REMOTE_RUNNER = CONFIG.replace("name: faults", "name: runner_faults").replace(
     "  fault_tolerance: {restart_failed_env_runners: RESTARTS}\n")
 
 
-def _runner_pids() -> list[int]:
-    found = subprocess.run(["pgrep", "-f", "ray::LLMEnvRunner"], capture_output=True, text=True)
+def _runner_pids(session: int) -> list[int]:
+    """The env runners of the run whose driver leads ``session`` (Ray's workers stay in the
+    driver's session); never another run's, such as a test running beside this one."""
+    found = subprocess.run(["pgrep", "-s", str(session), "-f", "ray::LLMEnvRunner"],
+                           capture_output=True, text=True)
     return [int(pid) for pid in found.stdout.split()]
 
 
@@ -171,7 +174,7 @@ def _train_killing_the_runner(tmp_path, restarts: bool, async_rollout: bool = Fa
                 len(p.read_text().splitlines()) >= 2
                 for p in output.glob("runner_faults/*/result.json")):
             time.sleep(0.3)
-        pids = _runner_pids()
+        pids = _runner_pids(run.pid)
         assert pids, "no env runner process found"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
