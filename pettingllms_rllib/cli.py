@@ -33,6 +33,12 @@ def _import_from_here() -> None:
         sys.path.insert(0, os.getcwd())
 
 
+def _add_import_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                        help="a module that registers the run's env (as an experiment's "
+                             "imports:), importable from here or PYTHONPATH (repeatable)")
+
+
 def _workers_runtime_env() -> dict:
     """Ray's ``runtime_env`` that lets every worker import what this driver imports from the
     working folder (the user's env modules)."""
@@ -297,6 +303,14 @@ def _eval(args: argparse.Namespace) -> int:
     from pettingllms_rllib.envs.registry import make_text_env
     from pettingllms_rllib.models import loading
 
+    from pettingllms_rllib.experiment import ExperimentError, import_env_modules
+
+    _import_from_here()
+    try:
+        import_env_modules(args.imports or [], source="--import")
+    except ExperimentError as exc:
+        logger.error("%s", exc)
+        return 2
     try:
         env_config = json.loads(args.env_config) if args.env_config else None
         if args.checkpoint and args.config:
@@ -456,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation = sub.add_parser("eval", help="evaluate a checkpoint or the base model on the "
                                              "task's fixed evaluation seeds")
     evaluation.add_argument("--checkpoint", help="an AT-GRPO checkpoint_* folder")
+    _add_import_argument(evaluation)
     evaluation.add_argument("--base-model", help="evaluate this untrained model instead "
                                                  "(prompt-only baseline), e.g. smollm2-135m-instruct")
     evaluation.add_argument("--env", help="text env id (default: the checkpoint's or "
@@ -521,9 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--num-gpus-per-replica", type=float, default=0.0)
     serving.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray")
     serving.add_argument("--address", help="join a running Ray cluster")
-    serving.add_argument("--import", dest="imports", action="append", metavar="MODULE",
-                         help="a module that registers the run's env (as an experiment's "
-                              "imports:), importable from here or PYTHONPATH (repeatable)")
+    _add_import_argument(serving)
     serving.set_defaults(func=_serve)
     envs = sub.add_parser("envs", help="list registered text envs and their workflows")
     envs.set_defaults(func=_envs)

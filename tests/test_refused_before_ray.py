@@ -281,3 +281,9 @@ def test_no_error_carries_rllibs_validate_config_hint():
         config.validate()
     assert "num_branches" in str(error.value)
     assert "_validate_config" not in str(error.value) and "own risk" not in str(error.value)
+
+
+def test_eval_imports_the_env_module_a_checkpoint_needs_and_names_one_it_cannot(caplog):
+    assert main(["eval", "--import", "no_such_env_module", "--base-model", "tiny-random",
+                 "--env", "math_v0", "--out", "unused"]) == 2
+    assert "--import: imports: cannot import 'no_such_env_module'" in caplog.text
