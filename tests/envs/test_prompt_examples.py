@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pettingllms_rllib.experiment import import_env_modules
+
 from pettingllms_rllib.envs import make_text_env
 
 
@@ -21,7 +23,9 @@ SEEDS = range(200)
 def task_settings():
     settings = {}
     for path in CONFIGS:
-        environment = yaml.safe_load(path.read_text())["algorithm"]["environment"]
+        config = yaml.safe_load(path.read_text())
+        import_env_modules(config.get("imports", []), source=path.name)
+        environment = config["algorithm"]["environment"]
         key = (environment["env"], repr(sorted(environment.get("env_config", {}).items())))
         settings.setdefault(key, (environment["env"], environment.get("env_config", {}),
                                   path.name))

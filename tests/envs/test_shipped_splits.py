@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pettingllms_rllib.experiment import import_env_modules
+
 from pettingllms_rllib.envs import check_splits_disjoint, distinct_instance_seeds, make_text_env
 
 CONFIGS = sorted((Path(__file__).parents[2] / "tune_configs").rglob("*.yaml"))
@@ -23,6 +25,7 @@ def task_settings():
     settings = {}
     for path in CONFIGS:
         config = yaml.safe_load(path.read_text())
+        import_env_modules(config.get("imports", []), source=path.name)
         environment = config["algorithm"]["environment"]
         env_config = environment.get("env_config", {})
         if env_config.get("dataset") in HUB_DATASETS:
