@@ -104,6 +104,12 @@ class InterpreterLayout:
         return tuple(inside for _, inside in self.binds)
 
 
+#: Where an interpreter prefix keeps installed packages (globs below the prefix); the layout
+#: probe here and the unshare launcher's read-only preamble (filesystem.py) cover the same.
+SITE_PACKAGE_GLOBS = ("lib*/python3*/site-packages", "lib*/python3*/dist-packages",
+                      "local/lib*/python3*/site-packages", "local/lib*/python3*/dist-packages",
+                      "lib*/python3/dist-packages")
+
 _LAYOUT_CODE = """
 import glob, json, os, site, sys, sysconfig
 base = os.path.realpath(sys.base_prefix)
@@ -114,9 +120,7 @@ for prefix in {sys.base_prefix, base}:
         sites.update(site.getsitepackages([prefix]))
     except Exception:
         pass
-    for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages",
-                    "local/lib*/python3*/site-packages", "local/lib*/python3*/dist-packages",
-                    "lib*/python3/dist-packages"):
+    for pattern in SITE_PACKAGE_GLOBS:
         sites.update(glob.glob(os.path.join(prefix, pattern)))
 print(json.dumps({
     "base": base, "exec_base": os.path.realpath(sys.base_exec_prefix), "exe": exe,
@@ -124,7 +128,7 @@ print(json.dumps({
     "shared": bool(sysconfig.get_config_var("Py_ENABLE_SHARED")),
     "libdir": os.path.realpath(sysconfig.get_config_var("LIBDIR") or ""),
 }))
-"""
+""".replace("SITE_PACKAGE_GLOBS", repr(SITE_PACKAGE_GLOBS))
 
 
 def _ask(python: str, code: str, *args: str) -> dict:

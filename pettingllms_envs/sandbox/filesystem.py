@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .bwrap import SITE_PACKAGE_GLOBS
 from .results import SandboxLimits
 
 if TYPE_CHECKING:
@@ -114,14 +115,12 @@ for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefi
         found.update(site.getsitepackages([prefix]))
     except Exception:
         pass
-    for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages",
-                    "local/lib*/python3*/site-packages", "local/lib*/python3*/dist-packages",
-                    "lib*/python3/dist-packages"):
+    for pattern in SITE_PACKAGE_GLOBS:
         found.update(glob.glob(os.path.join(prefix, pattern)))
 found.update(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
 found.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
 print(json.dumps(sorted(found)))
-"""
+""".replace("SITE_PACKAGE_GLOBS", repr(SITE_PACKAGE_GLOBS))
 
 
 @functools.lru_cache(maxsize=None)
