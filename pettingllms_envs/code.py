@@ -25,7 +25,7 @@ from pettingllms_envs.code_data import (
 from pettingllms_envs.code_judge import BatchRunner, TestOutcome, run_tests, stdio_input
 from pettingllms_envs.common import (
     check_code_runner, check_float, check_int, check_prompt_style, check_sandbox_limits,
-    clip_text, extract_python_code, split_python_blocks)
+    clip_text, extract_python_code, quote_block, quote_inline, split_python_blocks)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
@@ -234,9 +234,14 @@ def parse_tester_answer(text: str) -> ParseResult:
 
 # ------------------------------------------------------------------------------ rendering
 def _shown(text: str, limit: int) -> str:
-    """A test's text for a prompt: clipped, and visibly empty when empty."""
-    text = clip_text(text.rstrip("\n"), limit)
-    return text if text.strip() else "(empty)"
+    """A test's text (an agent's or a program's) for the full prompt: clipped, quoted as a
+    fenced block, visibly empty when empty."""
+    return quote_block(text.rstrip("\n"), limit)
+
+
+def _shown_inline(text: str, limit: int) -> str:
+    """A test's text for the compact prompt: clipped and quoted on one line."""
+    return quote_inline(text.rstrip("\n"), limit)
 
 
 def _render_test(index: int, test: TestCase, outcome: TestOutcome | None, *, limit: int,
@@ -251,7 +256,7 @@ def _render_test(index: int, test: TestCase, outcome: TestOutcome | None, *, lim
     if outcome is not None and not outcome.passed:
         lines.append(f"Code output:\n{_shown(outcome.got, limit)}")
         if outcome.error:
-            lines.append(f"Error: {clip_text(outcome.error, limit)}")
+            lines.append(f"Error:\n{_shown(outcome.error, limit)}")
     return "\n".join(lines)
 
 
@@ -615,7 +620,7 @@ class CodeEnv(TextParallelEnv):
     def _code_block(self, code: str | None, note: str) -> str:
         if code is None:
             return note
-        return f"```python\n{clip_text(code.strip(), 2_500)}\n```"
+        return quote_block(code.strip(), 2_500, info="python")
 
     def _tests_report(self, *, for_coder: bool) -> str:
         if not self.last_tests:
@@ -635,9 +640,9 @@ class CodeEnv(TextParallelEnv):
                              "tests.")
             if failures:
                 test, outcome = failures[0]
-                lines.append(f"Input: {_shown(test.input, 80)} | expected: "
-                             f"{_shown(test.output, 80)} | got: "
-                             f"{_shown(outcome.error or outcome.got, 80)}")
+                lines.append(f"Input: {_shown_inline(test.input, 80)} | expected: "
+                             f"{_shown_inline(test.output, 80)} | got: "
+                             f"{_shown_inline(outcome.error or outcome.got, 80)}")
             if self.task.kind == "stdio":
                 lines.append("Answer with one ```python block, like:\n```python\n"
                              "a, b = map(int, input().split())\nprint(a + b)\n```")
@@ -650,7 +655,8 @@ class CodeEnv(TextParallelEnv):
                              f"like:\n{self._format_help()}")
         else:
             if self.last_code is not None:
-                lines.append(f"Coder's code:\n{clip_text(self.last_code.strip(), 400)}")
+                lines.append("Coder's code:\n"
+                             + quote_block(self.last_code.strip(), 400, info="python"))
             if self.last_results:
                 lines.append(f"The code failed {len(failures)} of your {len(self.last_results)} "
                              "tests.")

@@ -22,6 +22,8 @@ from pettingllms_envs.sandbox import (SandboxLimits, SandboxResult, SandboxUnava
 from pettingllms_envs.sandbox.bwrap import check_packages, package_binds
 from pettingllms_rllib.envs.instances import hash_split  # noqa: F401  (the tasks' split)
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
+from pettingllms_rllib.envs import quoting as envs_quoting
+from pettingllms_rllib.envs.quoting import quote_block, quote_inline  # noqa: F401  (tasks' use)
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +40,8 @@ PROMPT_STYLES = ("full", "compact")
 
 # ------------------------------------------------------------------------------ text
 def clip_text(text: str, limit: int = REPORT_CHARS) -> str:
-    """``text`` cut to ``limit`` characters with a visible marker (for prompts and feedback)."""
-    return text if len(text) <= limit else text[:limit] + " ...[truncated]"
+    """:func:`pettingllms_rllib.envs.clip_text` with the tasks' default report length."""
+    return envs_quoting.clip_text(text, limit)
 
 
 def split_python_blocks(text: str) -> tuple[list[str], str]:
@@ -149,8 +151,27 @@ def run_tool_program(code: str, *, limits: SandboxLimits, runner: CodeRunner | N
         logger.warning("%s: code runner raised %r", task_name, exc)
         return None, f"The program could not be run ({type(exc).__name__})."
     if not result.ok:
-        return None, "The program failed: " + clip_text(result.describe_failure())
+        return None, describe_program_failure(result)
     return result, None
+
+
+def describe_program_failure(result: SandboxResult, limit: int = 300) -> str:
+    """Why a program failed, for a prompt: the sandbox's reason, then the end of what the
+    program wrote to stderr quoted (the traceback's last lines say most; the quote keeps
+    printed text from reading as the env's own lines). The first line holds no byte of the
+    program's."""
+    tail = result.stderr.strip()
+    text = "The program failed: " + result.failure_reason()
+    if not tail:
+        return text
+    cut = tail[-limit:]
+    return f"{text}\nIts stderr ended with: {quote_inline(cut, limit)}"
+
+
+def failure_headline(failure: str) -> str:
+    """The first line of :func:`run_tool_program`'s failure text: the sandbox's or the
+    runner's own words, no byte of the program's (for one-line reports)."""
+    return failure.partition("\n")[0]
 
 
 class ScoredOutcome(Protocol):
@@ -166,17 +187,21 @@ class ScoredOutcome(Protocol):
 @dataclasses.dataclass(frozen=True)
 class ToolStageResult:
     """What a tool agent's turn produced: its local reward, the report the planner reads next
-    and the feedback shown in the tool's ``infos``."""
+    (``report`` in the full prompt, ``compact_report`` in the compact one) and the feedback
+    shown in the tool's ``infos``. The program's output appears in each only quoted
+    (:mod:`pettingllms_rllib.envs.quoting`)."""
 
     reward: float
     report: str
     feedback: str
+    compact_report: str
 
 
 def score_tool_program(parsed: ParseResult, *, limits: SandboxLimits, runner: CodeRunner | None,
                        task_name: str, penalty: float, parse_output: Callable[[str], ParseResult],
                        simulate: Callable[[Any], ScoredOutcome], answer_kind: str,
-                       if_used: str = "If played now") -> ToolStageResult:
+                       if_used: str = "If played now",
+                       compact_chars: int = 120) -> ToolStageResult:
     """The tool stage shared by the tool -> planner tasks (plan_path, sokoban, sudoku).
 
     The tool's program runs in the sandbox; its stdout is read by ``parse_output`` and scored
@@ -184,21 +209,27 @@ def score_tool_program(parsed: ParseResult, *, limits: SandboxLimits, runner: Co
     changing the state*, so the
     tool earns exactly what the planner would earn by answering its output now. No code, a
     failed program or unreadable output costs ``penalty``; the reason goes into the report.
+    The full report quotes stdout as a fenced block, the compact one (at most
+    ``compact_chars`` of it) as one string literal.
     """
     if not parsed.ok:
         report = f"No program ran: {parsed.error}."
-        return ToolStageResult(penalty, report, report)
+        return ToolStageResult(penalty, report, report, clip_text(report, compact_chars))
     result, failure = run_tool_program(parsed.value, limits=limits, runner=runner,
                                        task_name=task_name)
     if failure:
-        return ToolStageResult(penalty, failure, failure)
+        return ToolStageResult(penalty, failure, failure, failure_headline(failure))
     answer = parse_output(result.stdout)
-    report = "The program printed:\n" + (clip_text(result.stdout.strip()) or "(nothing)")
+    printed = result.stdout.strip()
+    report = "The program printed:\n" + quote_block(printed, REPORT_CHARS)
+    compact = "The program printed: " + quote_inline(printed, compact_chars)
     if not answer.ok:
-        report += f"\n(not {answer_kind}: {answer.error})"
-        return ToolStageResult(penalty, report, report)
+        note = f"(not {answer_kind}: {answer.error})"
+        return ToolStageResult(penalty, f"{report}\n{note}", f"{report}\n{note}",
+                               f"{compact} {note}")
     outcome = simulate(answer.value)
-    return ToolStageResult(outcome.reward, report, f"{report}\n{if_used}: {outcome.describe()}.")
+    return ToolStageResult(outcome.reward, report, f"{report}\n{if_used}: {outcome.describe()}.",
+                           compact)
 
 
 def tool_role(program_task: str) -> Role:
@@ -243,11 +274,15 @@ class ToolPlannerEnv(TextParallelEnv):
             self.workflow = [("planner",)]
             self.roles = {"planner": self.roles["planner"]}
 
-    def _empty_tool_report(self) -> str:
+    def _reset_tool_report(self) -> None:
         """What the planner's prompt says under "tool" before (or without) a tool run."""
-        if getattr(self, "single_agent", False):
-            return "(no tool agent: you work alone)"
-        return "(the tool has not run yet)"
+        empty = ("(no tool agent: you work alone)" if getattr(self, "single_agent", False)
+                 else "(the tool has not run yet)")
+        self.tool_report = self.tool_report_compact = empty
+
+    def compact_report_chars(self) -> int:
+        """How much of the program's output the compact prompt quotes."""
+        return 120
 
     def _parse_tool_output(self, stdout: str) -> ParseResult:
         raise NotImplementedError
@@ -301,8 +336,9 @@ class ToolPlannerEnv(TextParallelEnv):
             parsed, limits=self.sandbox_limits, runner=self.code_runner,
             task_name=self.metadata["name"], penalty=self.invalid_action_penalty,
             parse_output=self._parse_tool_output, simulate=self._simulate,
-            answer_kind=self.answer_kind, if_used=self.simulated_as)
-        self.tool_report = stage.report
+            answer_kind=self.answer_kind, if_used=self.simulated_as,
+            compact_chars=self.compact_report_chars())
+        self.tool_report, self.tool_report_compact = stage.report, stage.compact_report
         return stage.reward, stage.feedback
 
     def _apply_stage(self, stage: tuple[str, ...], parsed: Mapping[str, ParseResult],

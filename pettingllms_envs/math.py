@@ -40,7 +40,7 @@ from math_verify import verify as mv_verify
 from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
-    clip_text, extract_python_code, run_tool_program, tool_role)
+    extract_python_code, failure_headline, quote_inline, run_tool_program, tool_role)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -366,11 +366,16 @@ class RewardConfig:
 @dataclasses.dataclass(frozen=True)
 class AgentAnswer:
     """One agent's latest answer: the text it gave (None if unusable), its math-verify
-    reading and what the other agent is told about it."""
+    reading and what the other agent is told about it (the answer quoted, or a note)."""
 
     text: str | None
     parsed: tuple
     report: str
+
+
+def _quoted_answer(text: str) -> str:
+    """An answer as other prompts show it: quoted, so its text cannot pose as the env's."""
+    return quote_inline(to_ascii(text), 80)
 
 
 #: Example final answers shown in the prompts, in order of preference; the first that is not
@@ -647,9 +652,9 @@ class MathEnv(TextParallelEnv):
             # Only the other agent's answer: shown its own wrong answer beside the tool's, the
             # untrained 135M reasoner copies the tool's right one half as often (9 vs 22 of 32).
             if self.turn and agent == "reasoner":
-                lines.append(f"The tool's program printed: {clip_text(theirs, 80)}.")
+                lines.append(f"The tool's program printed: {theirs}.")
             elif self.turn:
-                lines.append(f"The reasoner answered: {clip_text(theirs, 80)}.")
+                lines.append(f"The reasoner answered: {theirs}.")
             lines.append(self._compact_answer_line(number) if agent == "reasoner"
                          else self._compact_tool_instruction(number))
             return "\n".join(lines)
@@ -724,8 +729,7 @@ class MathEnv(TextParallelEnv):
         if self.prompt_style == "compact":
             lines = [f"Problem: {question}"]
             if self.turn:
-                lines.append(f"Your answer: {clip_text(own, 80)}. "
-                             f"Your program: {clip_text(program, 80)}.")
+                lines.append(f"Your answer: {own}. Your program: {program}.")
             lines.append(f"You work alone. {self._compact_answer_line(number)} You may add a "
                          "```python block that prints it, to check it.")
             return "\n".join(lines)
@@ -763,7 +767,7 @@ class MathEnv(TextParallelEnv):
                        else "wrong (not a number: a computation is not its value)" if unevaluated
                        else "wrong" if answer.parsed
                        else "wrong (math-verify could not read it)")
-            feedback[agent] = f"Answer {clip_text(answer.text, 80)!r}: {verdict}"
+            feedback[agent] = f"Answer {quote_inline(answer.text, 80)}: {verdict}"
         if self.single_agent:
             self.answers["tool"] = self._own_program(raw["reasoner"])
         success = correct.get("reasoner", False)
@@ -788,7 +792,7 @@ class MathEnv(TextParallelEnv):
         if not parsed.ok:
             return AgentAnswer(text=None, parsed=(), report=f"none ({parsed.error})")
         return AgentAnswer(text=parsed.value, parsed=parse_math(parsed.value),
-                           report=to_ascii(parsed.value))
+                           report=_quoted_answer(parsed.value))
 
     def _own_program(self, response: str) -> AgentAnswer:
         """The single agent's check: the last ```python block of its response, run exactly like
@@ -804,12 +808,12 @@ class MathEnv(TextParallelEnv):
         result, failure = run_tool_program(parsed.value, limits=self.sandbox_limits,
                                            runner=self.code_runner, task_name="math")
         if failure:
-            return AgentAnswer(text=None, parsed=(), report=f"none ({failure})")
+            return AgentAnswer(text=None, parsed=(), report=f"none ({failure_headline(failure)})")
         output = parse_program_output(result.stdout)
         if not output.ok:
             return AgentAnswer(text=None, parsed=(), report=f"none ({output.error})")
         return AgentAnswer(text=output.value, parsed=parse_math(output.value),
-                           report=to_ascii(clip_text(output.value, 200)))
+                           report=_quoted_answer(output.value))
 
 
 # ------------------------------------------------------------------------------ validation

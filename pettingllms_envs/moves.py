@@ -11,7 +11,7 @@ import re
 
 from pettingllms_envs.common import (
     ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text)
+    check_sandbox_limits)
 from pettingllms_rllib.envs import ParseResult
 
 #: Move letter -> (row delta, col delta); row 0 is the top row.
@@ -149,7 +149,7 @@ class MoveListEnv(ToolPlannerEnv):
                                                              invalid_action_penalty),
                          max_observation_chars=max_observation_chars)
         self.moves_taken: list[str] = []
-        self.tool_report = self._empty_tool_report()
+        self._reset_tool_report()
 
     def _role_lines(self, agent: str, *, program: str, goal: str) -> list[str]:
         """The role part of the full prompt: the tool's program ``program`` (what it computes,
@@ -179,7 +179,7 @@ class MoveListEnv(ToolPlannerEnv):
         example, example_line = self.example_answer()
         if agent == "tool":
             return [f"Write a ```python block that prints the moves, like: print({example!r})"]
-        return [f"Tool: {clip_text(self.tool_report, 120)}",
+        return [f"Tool: {self.tool_report_compact}",
                 f"Answer with one line like: {example_line}"]
 
     def _parse_tool_output(self, stdout: str) -> ParseResult:

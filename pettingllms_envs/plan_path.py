@@ -454,7 +454,7 @@ class PlanPathEnv(MoveListEnv):
         self.moves_taken = []
         self.distances = bfs_distances(self.task.grid, self.task.goal)
         self.optimal_length = self.distances[self.task.start]
-        self.tool_report = self._empty_tool_report()
+        self._reset_tool_report()
         self.tool_moves = None
 
     def _draw_task(self, seed: int | None) -> GridTask:

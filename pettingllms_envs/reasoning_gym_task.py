@@ -20,8 +20,9 @@ import logging
 from typing import Any, Mapping
 
 from pettingllms_envs.common import (CodeRunner, check_code_runner, check_float, check_int,
-                                     check_prompt_style, check_sandbox_limits, clip_text,
-                                     extract_python_code, run_tool_program)
+                                     check_prompt_style, check_sandbox_limits,
+                                     extract_python_code, failure_headline, quote_inline,
+                                     run_tool_program)
 from pettingllms_envs.math import parse_program_output
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (ParseResult, Role, StageOutcome, TextParallelEnv,
@@ -96,6 +97,9 @@ _TOOL = Role("tool", "writes a Python program whose last printed line is the ans
 
 @dataclasses.dataclass(frozen=True)
 class _Answer:
+    """An agent's latest answer (None: unusable) and what the other agent is shown of it
+    (quoted, or a note)."""
+
     text: str | None
     report: str
 
@@ -211,7 +215,7 @@ class ReasoningGymEnv(TextParallelEnv):
         if self.turn and other in self.answers:
             said = ("The tool's program printed" if agent == "reasoner"
                     else "The reasoner answered")
-            seen = [f"{said}: {clip_text(self.answers[other].report, 120)}."]
+            seen = [f"{said}: {self.answers[other].report}."]
         if agent == "tool":
             ask = "Write a ```python block that computes and prints the answer."
         else:
@@ -233,7 +237,8 @@ class ReasoningGymEnv(TextParallelEnv):
         local, feedback = {}, {}
         for agent in stage:
             answer = self._tool_answer(parsed[agent]) if agent == "tool" else (
-                _Answer(parsed[agent].value, parsed[agent].value) if parsed[agent].ok
+                _Answer(parsed[agent].value, quote_inline(parsed[agent].value, 120))
+                if parsed[agent].ok
                 else _Answer(None, f"none ({parsed[agent].error})"))
             self.answers[agent] = answer
             if answer.text is None:
@@ -263,8 +268,8 @@ class ReasoningGymEnv(TextParallelEnv):
         result, failure = run_tool_program(parsed.value, limits=self.sandbox_limits,
                                            runner=self.code_runner, task_name=self.dataset)
         if failure:
-            return _Answer(None, f"none ({failure})")
+            return _Answer(None, f"none ({failure_headline(failure)})")
         output = parse_program_output(result.stdout)
         if not output.ok:
             return _Answer(None, f"none ({output.error})")
-        return _Answer(output.value, clip_text(output.value, 200))
+        return _Answer(output.value, quote_inline(output.value, 120))

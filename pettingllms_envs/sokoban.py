@@ -511,7 +511,7 @@ class SokobanEnv(MoveListEnv):
             self.level = _check_task(given)
         self.state = self.level
         self.moves_taken = []
-        self.tool_report = self._empty_tool_report()
+        self._reset_tool_report()
 
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":

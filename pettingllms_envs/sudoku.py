@@ -669,7 +669,7 @@ class SudokuEnv(ToolPlannerEnv):
                                                              invalid_action_penalty))
         self.task: SudokuTask | None = None
         self.board: Grid = ()
-        self.tool_report = self._empty_tool_report()
+        self._reset_tool_report()
         self.last_result = ""
 
     # ------------------------------------------------------------------ hooks
@@ -682,7 +682,7 @@ class SudokuEnv(ToolPlannerEnv):
         else:
             self.task = _check_task(given, self.size)
         self.board = self.task.puzzle
-        self.tool_report = self._empty_tool_report()
+        self._reset_tool_report()
         self.last_result = ""
 
     def _observe(self, agent: str) -> str:
@@ -722,6 +722,11 @@ class SudokuEnv(ToolPlannerEnv):
             ]
         return "\n".join(lines)
 
+    def compact_report_chars(self) -> int:
+        """Room for a whole printed grid (its digits, separators and line ends)."""
+        n = self.size
+        return max(120, 2 * n * n + n)
+
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
         n, box = self.size, self.box_size
@@ -731,9 +736,8 @@ class SudokuEnv(ToolPlannerEnv):
                 f"{rule} 0 = empty.", f"grid = {grid_literal(self.board)}",
                 "Write a ```python block that solves it and prints the grid, "
                 f"like: print('{self.example_answer()[0]}')"])
-        report = clip_text(self.tool_report, max(120, 60 + 2 * n * n + n))
         return "\n".join([f"{rule} . = empty.", render_grid(self.board, boxes=False),
-                          f"Tool: {report}",
+                          f"Tool: {self.tool_report_compact}",
                           "Answer with the full grid on one line, like: "
                           f"{self.example_answer()[1]}"])
 

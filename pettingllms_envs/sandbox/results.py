@@ -157,7 +157,15 @@ class SandboxResult:
         return self.exit_code == 0 and not self.timed_out
 
     def describe_failure(self, max_chars: int = 400) -> str:
-        """A short human-readable reason why the run is not ``ok`` ("" when it is)."""
+        """A short human-readable reason why the run is not ``ok`` ("" when it is), with the
+        last ``max_chars`` characters of stderr (raw: for logs, not for prompts)."""
+        reason = self.failure_reason()
+        tail = self.stderr.strip()[-max_chars:] if max_chars > 0 else ""
+        return f"{reason}: {tail}" if reason and tail else reason
+
+    def failure_reason(self) -> str:
+        """Why the run is not ``ok``, in the sandbox's own words only ("" when it is ok): no
+        byte the program wrote, so it is safe to show unquoted."""
         if self.ok:
             return ""
         limit = _LIMIT_WORDS.get(self.limit_hit) if self.limit_hit != "output" else None
@@ -172,8 +180,7 @@ class SandboxResult:
             reason = "could not start"
         else:
             reason = f"exit code {self.exit_code}" + (f" ({limit})" if limit else "")
-        tail = self.stderr.strip()[-max_chars:]
-        return f"{reason}: {tail}" if tail else reason
+        return reason
 
 
 def _make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: bytes,

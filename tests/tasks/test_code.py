@@ -325,7 +325,8 @@ def test_both_agents_see_the_others_last_output_and_the_mismatches():
     coder, tester = obs["coder"], obs["tester"]
     assert "turn 2 of 3" in coder and "turn 2 of 3" in tester
     assert "Test 1: passed" in coder and "Test 2: FAILED" in coder
-    assert "Input:\n3\nExpected output:\n6\nCode output:\n7" in coder
+    assert ("Input:\n```\n3\n```\nExpected output:\n```\n6\n```\nCode output:\n```\n7\n```"
+            in coder)
     assert 'ANSWERS = {"1\\n": "2\\n"' in coder  # its own previous code
     assert 'ANSWERS = {"1\\n": "2\\n"' in tester and "Test 2: the coder's code disagrees" in tester
     assert DOUBLE.prompt in coder and DOUBLE.prompt in tester
@@ -349,7 +350,7 @@ def test_compact_prompt_keeps_the_state_and_the_answer_format():
     obs, *_ = env.step({"coder": _python(_table_code({"1\n": "2\n"})),
                         "tester": _tests(("1", "2"), ("2", "4"))})
     assert "Turn 2 of 3" in obs["coder"] and "failed 1 of 2 tests" in obs["coder"]
-    assert "Input: 2 | expected: 4 | got: (empty)" in obs["coder"]
+    assert 'Input: "2" | expected: "4" | got: ""' in obs["coder"]
     assert "ANSWERS" in obs["tester"] and "failed 1 of your 2 tests" in obs["tester"]
     assert all(len(text) < 700 for text in obs.values())
     with pytest.raises(ValueError, match="accepted: \\('full', 'compact'\\)"):

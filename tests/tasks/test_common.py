@@ -42,7 +42,7 @@ def _score(parsed: ParseResult, runner):
 def test_tool_earns_what_its_output_would_score():
     stage = _score(extract_python_code("```python\nprint(7)\n```"), _printed("7\n"))
     assert stage.reward == pytest.approx(0.7)
-    assert stage.report == "The program printed:\n7"
+    assert stage.report == "The program printed:\n```\n7\n```"
     assert stage.feedback.endswith("If played now: worth 0.7.")
 
 

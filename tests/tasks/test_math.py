@@ -346,7 +346,7 @@ def test_a_restated_computation_does_not_agree_with_the_tools_value():
     obs, _, terms, _, infos = env.step({"reasoner": "The answer is 10 - 10 * 2.",
                                         "tool": _program("-10")})
     assert not any(terms.values()) and env.turn == 1 and "agree" not in infos["tool"]["feedback"]
-    assert "tool agent's latest answer: -10" in obs["reasoner"]
+    assert 'tool agent\'s latest answer: "-10"' in obs["reasoner"]
     _, _, terms, _, infos = env.step({"reasoner": "The answer is -10.",
                                       "tool": _program("-10")})
     assert all(terms.values()) and infos["reasoner"]["success"]
@@ -440,10 +440,10 @@ def test_disagreement_continues_and_each_sees_the_others_latest_answer():
     env = _env()
     obs, _, terms, truncs, infos = env.step({"reasoner": "\\boxed{0.5}", "tool": _program("3/7")})
     assert not any(terms.values()) and not any(truncs.values()) and env.turn == 1
-    assert "tool agent's latest answer: 3/7" in obs["reasoner"]
-    assert "Your latest answer: 0.5" in obs["reasoner"]
-    assert "reasoning agent's latest answer: 0.5" in obs["tool"]
-    assert "Your latest answer: 3/7" in obs["tool"]
+    assert 'tool agent\'s latest answer: "3/7"' in obs["reasoner"]
+    assert 'Your latest answer: "0.5"' in obs["reasoner"]
+    assert 'reasoning agent\'s latest answer: "0.5"' in obs["tool"]
+    assert 'Your latest answer: "3/7"' in obs["tool"]
     assert all(info["acting"] for info in infos.values())
     obs, _, terms, _, _ = env.step({"reasoner": "no box", "tool": _program("0.5")})
     assert "reasoning agent's latest answer: none (no \\boxed" in obs["tool"]
@@ -497,8 +497,8 @@ def test_compact_prompt_keeps_the_state_and_answer_format():
     assert "\\boxed{42}" in obs["reasoner"] and TOOL_PLACEHOLDER in obs["tool"]
     assert env.prompt_examples()["tool"] == f"```python\n{TOOL_PLACEHOLDER}\n```"
     obs, *_ = env.step({"reasoner": "\\boxed{1}", "tool": _program("2")})
-    assert "The tool's program printed: 2." in obs["reasoner"]
-    assert "The reasoner answered: 1." in obs["tool"]
+    assert 'The tool\'s program printed: "2".' in obs["reasoner"]
+    assert 'The reasoner answered: "1".' in obs["tool"]
     assert max(len(t.splitlines()) for t in obs.values()) <= 4
 
 

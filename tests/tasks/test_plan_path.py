@@ -594,7 +594,7 @@ def test_with_the_tool_helper_the_tool_only_reads_the_positions_and_its_call_run
     # The model continues the prefix; the env runs the whole answer after the helper.
     _, rewards, _, _, _ = env.step({"tool": tool.answer_prefix + "1, 0), g=(3, 3)))\n```"})
     assert env.tool_moves == ("D", "D", "R", "R", "R")
-    assert "The program printed:\nD D R R R" in env.tool_report
+    assert "The program printed:\n```\nD D R R R\n```" in env.tool_report
     assert rewards["tool"] > 0  # a move towards the goal, as the planner would score it
     wrong = _helper_env()
     wrong.reset(seed=0, options={"task": GridTask(("....",) * 4, (1, 0), (3, 3))})

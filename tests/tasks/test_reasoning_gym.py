@@ -55,8 +55,8 @@ def test_from_turn_two_each_agent_sees_the_others_answer():
     env = ReasoningGymEnv(dataset="basic_arithmetic", code_runner=_printing("41"))
     env.reset(seed=1)
     observations, *_ = env.step({"reasoner": "Answer: 40", "tool": _code("41")})
-    assert "The tool's program printed: 41." in observations["reasoner"]
-    assert "The reasoner answered: 40." in observations["tool"]
+    assert 'The tool\'s program printed: "41".' in observations["reasoner"]
+    assert 'The reasoner answered: "40".' in observations["tool"]
 
 
 @pytest.mark.parametrize("text,error", [

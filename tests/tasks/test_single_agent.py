@@ -121,8 +121,8 @@ def test_math_what_the_program_printed_appears_in_the_next_prompt(style):
         {"reasoner": _boxed(env.problem.answer) + "\n" + _program("12345")})
     assert not terminations["reasoner"]  # the program disagrees with the box
     own, program = MATH_LABELS[style]
-    assert own + env.problem.answer in observations["reasoner"]
-    assert program + "12345" in observations["reasoner"]
+    assert f'{own}"{env.problem.answer}"' in observations["reasoner"]
+    assert program + '"12345"' in observations["reasoner"]
 
 
 def test_math_without_a_program_the_next_prompt_says_so():
@@ -138,7 +138,7 @@ def test_math_a_program_without_a_box_is_a_parse_error_with_the_penalty():
     assert infos["reasoner"]["parse_error"] and rewards["reasoner"] == -2.0
     assert not infos["reasoner"]["success"] and not terminations["reasoner"]
     # The printout is still feedback.
-    assert f"What your latest program printed: {env.problem.answer}" in observations["reasoner"]
+    assert f'What your latest program printed: "{env.problem.answer}"' in observations["reasoner"]
 
 
 # ------------------------------------------------------------------------------ code alone
@@ -192,9 +192,9 @@ def test_code_a_failing_own_test_shows_up_in_the_next_prompt(style):
     prompt = observations["coder"]
     if style == "full":
         assert "Test 1: passed" in prompt and "Test 2: FAILED" in prompt
-        assert "Expected output:\nwrong" in prompt and "Your own latest tests" in prompt
+        assert "Expected output:\n```\nwrong\n```" in prompt and "Your own latest tests" in prompt
     else:
-        assert "failed 1 of 2 tests" in prompt and "expected: wrong" in prompt
+        assert "failed 1 of 2 tests" in prompt and 'expected: "wrong"' in prompt
 
 
 def test_code_only_the_first_max_tests_per_answer_own_tests_count():

@@ -477,7 +477,7 @@ def test_a_real_bfs_program_in_the_sandbox_lets_the_planner_solve():
         {"tool": BFS_PROGRAM.format(picture=render_level(env.state))})
     assert infos["tool"]["parse_error"] is None, infos["tool"]["feedback"]
     assert rewards["tool"] > 10.0, infos["tool"]["feedback"]
-    printed = obs["planner"].split("The program printed:\n")[1].split("\n")[0]
+    printed = obs["planner"].split("The program printed:\n```\n")[1].split("\n")[0]
     assert printed.split() == solve(env.state)
     _, _, terms, _, infos = env.step({"planner": f"Moves: {printed}"})
     assert infos["planner"]["success"] and all(terms.values())
