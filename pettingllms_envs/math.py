@@ -154,7 +154,7 @@ def parse_answer_sentence(text: str) -> ParseResult:
     end = _SENTENCE_END.search(rest)
     answer = _clean_candidate(rest[:end.start() if end else len(rest)].strip().strip("*`"))
     if not _DIGIT.search(answer):
-        return ParseResult(error=f"no number after 'answer is': {answer[:40]!r}")
+        return ParseResult(error=f"no number after 'answer is': {quote_inline(answer, 40)}")
     if len(answer) > MAX_ANSWER_CHARS:
         return ParseResult(error=f"answer longer than {MAX_ANSWER_CHARS} characters")
     return ParseResult(value=answer)

@@ -12,7 +12,7 @@ import re
 from pettingllms_envs.common import (
     ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
     check_sandbox_limits)
-from pettingllms_rllib.envs import ParseResult
+from pettingllms_rllib.envs import ParseResult, quote_inline
 
 #: Move letter -> (row delta, col delta); row 0 is the top row.
 MOVES: dict[str, tuple[int, int]] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -40,7 +40,7 @@ def parse_move_tokens(text: str) -> ParseResult:
         elif len(token) <= MAX_PARSED_MOVES and _COMPACT.fullmatch(token):
             moves.extend(token)
         else:
-            return ParseResult(error=f"not a move: {token[:40]!r}")
+            return ParseResult(error=f"not a move: {quote_inline(token, 40)}")
         if len(moves) > MAX_PARSED_MOVES:
             return ParseResult(error=f"more than {MAX_PARSED_MOVES} moves")
     if not moves:

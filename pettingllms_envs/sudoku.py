@@ -30,7 +30,7 @@ from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
     check_sandbox_limits, clip_text, planner_role, tool_role)
 from pettingllms_envs.sandbox import SandboxLimits
-from pettingllms_rllib.envs import ParseResult, split_of_seed
+from pettingllms_rllib.envs import ParseResult, quote_inline, split_of_seed
 
 #: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
 #: is refused at start): its generator is the project's own (always refused).
@@ -407,7 +407,7 @@ def parse_answer_body(body: str, size: int) -> ParseResult:
                 continue
             if mode == "grid":
                 return ParseResult(error=f"the grid has {len(rows)} of {size} rows, then "
-                                         f"{clip_text(text, 40)!r}")
+                                         f"{quote_inline(text, 40)}")
         found = _placements_in(text, size)
         if isinstance(found, str):
             return ParseResult(error=found)

@@ -16,6 +16,7 @@ Everything an experiment writes (Tune results, checkpoints, the learning-curve p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -107,6 +108,18 @@ def _record_sandbox(experiment, experiment_dir: Path) -> None:
     (experiment_dir / "sandbox.json").write_text(json.dumps(described, indent=2) + "\n")
 
 
+def _record_precision(experiment, experiment_dir: Path) -> None:
+    """Say once which arithmetic the models compute in here (``model_dtype``, ``auto``
+    resolved for this machine) and why, and write it to ``<experiment>/precision.json``."""
+    from pettingllms_rllib.models.precision import resolve_model_dtype
+
+    choice = resolve_model_dtype(experiment.config.model_dtype)
+    logger.info("precision: %s", choice.describe())
+    experiment_dir.mkdir(parents=True, exist_ok=True)
+    (experiment_dir / "precision.json").write_text(
+        json.dumps(dataclasses.asdict(choice), indent=2) + "\n")
+
+
 def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.experiment import ExperimentError, load_experiment
 
@@ -127,6 +140,7 @@ def _train(args: argparse.Namespace) -> int:
         return 2
     output.mkdir(parents=True, exist_ok=True)
     _record_sandbox(experiment, experiment_dir)
+    _record_precision(experiment, experiment_dir)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

@@ -140,6 +140,21 @@ IMPORTANCE_TRUNCATED_FRACTION = "importance_truncated_fraction"
 #: ``learners/<module>/approx_kl_behaviour``: approximate KL (k3, token mean) between the policy
 #: and the behaviour policy over response tokens.
 APPROX_KL_BEHAVIOUR = "approx_kl_behaviour"
+#: ``learners/<module>/logp_mismatch_mean``: mean over response tokens of |behaviour log-prob -
+#: learner log-prob|, the learner's taken with the weights the update starts from (nats per
+#: token): the gap between the engine that sampled and the learner that trains (bf16, vLLM or
+#: stale weights). fp32 HF on-policy: ~1e-5; above :data:`LOGP_MISMATCH_WARNING` the progress
+#: line shows it. Over every row where the learner recomputes the ratio's denominator, else
+#: over the module's first minibatch of the update.
+LOGP_MISMATCH_MEAN = "logp_mismatch_mean"
+#: ``learners/<module>/logp_mismatch_max``: the largest such gap of one token.
+LOGP_MISMATCH_MAX = "logp_mismatch_max"
+#: ``learners/<module>/logp_mismatch_kl``: k3 estimate of KL(behaviour || learner), token mean.
+LOGP_MISMATCH_KL = "logp_mismatch_kl"
+#: Mean gap (nats per token) above which the progress line reports it: 0.05 is past what bf16
+#: rounding gives on the bundled model (0.03-0.04, bench/RESULTS.md "Arithmetic"), so shown
+#: values point at stale weights or a broken weight sync rather than precision.
+LOGP_MISMATCH_WARNING = 0.05
 #: ``learners/<module>/num_response_tokens``: response tokens in the module's minibatch.
 NUM_RESPONSE_TOKENS = "num_response_tokens"
 #: ``learners/<module>/entropy``: mean policy entropy per response token (nats): a collapse to
@@ -201,7 +216,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                              POLICY_BEHAVIOUR_RATIO, APPROX_KL_BEHAVIOUR, NUM_RESPONSE_TOKENS,
                              ENTROPY, KL_TO_START, KL_TO_REFERENCE, NUM_GRADIENT_STEPS,
                              NUM_SAMPLES_TRAINED, GRADIENT_NORM, IMPORTANCE_WEIGHT_MEAN,
-                             IMPORTANCE_TRUNCATED_FRACTION),
+                             IMPORTANCE_TRUNCATED_FRACTION, LOGP_MISMATCH_MEAN,
+                             LOGP_MISMATCH_MAX, LOGP_MISMATCH_KL),
     EVALUATION: (EVALUATION_SUCCESS_RATE, EVALUATION_UNTRAINED_SUCCESS_RATE,
                  EVALUATION_SUCCESS_CI95_LOW, EVALUATION_SUCCESS_CI95_HIGH,
                  EVALUATION_TURNS_MEAN, AGENT),

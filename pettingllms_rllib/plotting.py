@@ -61,6 +61,7 @@ MODULE_DIAGNOSTICS = (
     (11, keys.CLIP_FRACTION, _per_name(keys.LEARNERS, keys.CLIP_FRACTION)),
     (12, keys.AGENT_RESPONSE_TOKENS_MEAN, _per_name(_AGENTS, keys.AGENT_RESPONSE_TOKENS_MEAN)),
     (13, keys.REWARD_STD, _per_name(_column(keys.AT_GRPO_RESULTS, keys.REWARD_STD))),
+    (14, keys.LOGP_MISMATCH_MEAN, _per_name(keys.LEARNERS, keys.LOGP_MISMATCH_MEAN)),
 )
 #: Panels whose series are one per module or agent (told apart by linestyle).
 PER_MODULE_PANELS = (1, 4) + tuple(panel for panel, _, _ in MODULE_DIAGNOSTICS)
@@ -318,7 +319,8 @@ PANELS = ("success rate", "per-agent episode return", "turns per episode",
           "policy entropy (per module, nats/token)", "KL from the starting policy (per module)",
           "advantage std (per module)", "gradient norm (per module)",
           "clip fraction (per module)", "response tokens (per agent)",
-          "within-group reward std (per module)")
+          "within-group reward std (per module)",
+          "behaviour vs learner |log-prob| gap (per module, nats/token)")
 
 
 # ------------------------------------------------------------------------------------ plot
@@ -332,7 +334,8 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     ``<out>.json`` maps arm label -> ``training_iteration``, the plotted means per series
     (``success_rate``, ``<agent>/episode_return_mean``, ``episode_turns_mean``,
     ``zero_variance_group_fraction``, ``<module>/policy_behaviour_ratio``, the diagnostics
-    ``<module>/{entropy,kl_to_start,advantage_std,gradient_norm,clip_fraction,reward_std}`` and
+    ``<module>/{entropy,kl_to_start,advantage_std,gradient_norm,clip_fraction,reward_std,
+    logp_mismatch_mean}`` and
     ``<agent>/response_tokens_mean``, ``iteration_s``, ``time_s/<part>``, ``held_out_*``; each aligned to
     that arm's iterations, null where no seed logged it), ``spread`` (min, max, std, n per
     iteration for each series), ``trials``, ``seeds`` and ``band``.

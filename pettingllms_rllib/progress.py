@@ -10,7 +10,8 @@ shows no success rate. So the CLI turns Tune's output off (``AIR_VERBOSITY=0`` u
     return reasoner 1.30 tool 1.10 | parse errors reasoner 0.00 tool 0.06 | zero-var 0.25 |
     41.2 s (generate 61%, learner 30%)
 
-Fields missing from a result (no held-out evaluation this iteration) are left out. The text is
+Fields missing from a result (no held-out evaluation this iteration) are left out; the
+behaviour/learner log-prob gap shows only above ``metric_keys.LOGP_MISMATCH_WARNING``. The text is
 built by :func:`progress_line`, a pure function tested on plain dicts.
 """
 
@@ -64,6 +65,12 @@ def progress_line(result: Mapping[str, Any], stop_iteration: int | None = None) 
               if (v := _number(stats.get(keys.AGENT_ROLLOUT_ERRORS)))]
     if failed:
         parts.append("rollout errors " + " ".join(failed))
+    learners = result.get(keys.LEARNERS) or {}
+    gaps = [f"{m} {v:.2f}" for m, stats in sorted(learners.items()) if isinstance(stats, Mapping)
+            and (v := _number(stats.get(keys.LOGP_MISMATCH_MEAN))) is not None
+            and v > keys.LOGP_MISMATCH_WARNING]
+    if gaps:
+        parts.append("logp mismatch " + " ".join(gaps))
     zero_var = _number(at_grpo.get(keys.ZERO_VARIANCE_GROUP_FRACTION))
     if zero_var is not None:
         parts.append(f"zero-var {zero_var:.2f}")

@@ -89,7 +89,7 @@ class ATGRPOConfig(AlgorithmConfig):
         # --- .llm(): model and sampling (each documented in ``llm``'s Args)
         self.llm_model = "smollm2-135m-instruct"  # RLlib's own ``model`` is the old-stack dict
         self.tiny_model_config = None
-        self.model_dtype = "float32"
+        self.model_dtype = "auto"
         self.lora = None
         self.max_new_tokens = 64
         self.temperature = 1.0
@@ -182,8 +182,11 @@ class ATGRPOConfig(AlgorithmConfig):
                 (or ``.gguf`` file) or a hub id. Stored as ``llm_model``.
             tiny_model_config: overrides of the tiny random llama config (only with
                 ``model="tiny-random"``).
-            model_dtype: torch dtype of the weights; "float32" (the default) is fastest on CPUs
-                without AVX-512/AMX.
+            model_dtype: "auto" (the default: bf16 generation and a bf16 LoRA base where the
+                device computes bf16 fast, i.e. a CPU reporting ``amx_bf16`` or
+                ``avx512_bf16`` or a GPU with bf16; fp32 elsewhere; trained weights, adapters
+                and optimizer states stay fp32: ``models/precision.py``), or "float32",
+                "bfloat16", "float16" used as given everywhere.
             lora: peft ``LoraConfig`` keyword arguments; None (the default) = full fine-tuning.
                 With LoRA all modules share one base model and each ModuleID gets its own
                 adapter.
@@ -685,17 +688,19 @@ class ATGRPOConfig(AlgorithmConfig):
         of every module plus the activations of ONE sequence per module. Real peaks grow with
         the minibatch; the bound catches configs that cannot fit whatever the batch."""
         from pettingllms_rllib.models.memory import learner_memory
+        from pettingllms_rllib.models.precision import learner_dtypes
 
         lora = self.lora_kwargs
         tokens = int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS)
+        weights, autocast = learner_dtypes(self._gpu_dtype_choice, trains_all_weights=lora is None)
         return learner_memory(
-            shape, dtype=self.model_dtype, lora_rank=None if lora is None else int(lora["r"]),
+            shape, dtype=weights, lora_rank=None if lora is None else int(lora["r"]),
             lora_target_modules=None if lora is None else lora["target_modules"],
             num_adapters=num_modules, num_models=1 if lora is not None else num_modules,
             tokens_per_microbatch=tokens * num_modules,
             gradient_checkpointing=bool(self.gradient_checkpointing),
             logits_chunk_tokens=int(self.logprob_chunk_size),
-            activation_dtype=self.autocast_dtype,
+            activation_dtype=self.autocast_dtype or autocast,
             num_reference_models=num_modules if lora is None and self.uses_kl_penalty else 0)
 
     def engine_memory_estimate(self, shape, num_modules: int):
@@ -705,12 +710,20 @@ class ATGRPOConfig(AlgorithmConfig):
 
         lora = self.lora_kwargs
         return engine_memory(
-            shape, dtype=self.model_dtype,
+            shape, dtype=self._gpu_dtype_choice.dtype,
             max_model_len=int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS),
             max_num_seqs=int(self.num_branches),
             num_adapters=num_modules if lora is not None else 1,
             lora_rank=None if lora is None else int(lora["r"]),
             lora_target_modules=None if lora is None else lora["target_modules"])
+
+    @property
+    def _gpu_dtype_choice(self):
+        """``model_dtype`` on a GPU, for the memory preflight (which may run on a CPU head
+        node): ``auto`` is taken as bf16, what every GPU since Ampere computes."""
+        from pettingllms_rllib.models.precision import resolve_model_dtype
+
+        return resolve_model_dtype(self.model_dtype, "cuda", cuda_bf16=True)
 
     @property
     def lora_kwargs(self) -> dict[str, Any] | None:

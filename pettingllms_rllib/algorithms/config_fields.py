@@ -30,6 +30,8 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
+from pettingllms_rllib.models.precision import MODEL_DTYPES
+
 __all__ = ["Bound", "Field", "FIELDS", "LORA_FIELDS", "MAX_BRANCHES", "MAX_SANDBOX_SECONDS",
            "MAX_TASKS_PER_ITERATION", "SANDBOX_LIMIT_FIELDS", "check_fields", "check_value",
            "field_for", "lora_problems", "sandbox_problems", "stop_field", "TUNE_FIELDS"]
@@ -161,7 +163,7 @@ FIELDS: dict[str, dict[str, Field]] = {
     "llm": {
         "model": Field(str), "max_new_tokens": Field(int, minimum=1, bound=RESPONSE_CONTEXT),
         "temperature": Field(float, above=0),
-        "model_dtype": Field(str),
+        "model_dtype": Field(str, choices=MODEL_DTYPES),
         "lora": Field(dict, optional=True), "tiny_model_config": Field(dict, optional=True),
         "system_prompt": Field(str, optional=True), "generation_batch_size": _INT_OPTIONAL,
         "logprob_chunk_size": _INT_POSITIVE, "gpu_memory_gib": Field(float, above=0,

@@ -23,7 +23,8 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
 
-from pettingllms_rllib.core.loss import clipped_token_loss
+from pettingllms_rllib.core.loss import clipped_token_loss, logprob_mismatch
+from pettingllms_rllib.engines import behaviour_logprobs_are_exact
 from pettingllms_rllib.core.minibatching import plan_minibatches, split_rows
 # The learner metrics (``learners/<module>/...``), defined in metric_keys; NUM_GRADIENT_STEPS,
 # NUM_SAMPLES_TRAINED, KL_TO_START and KL_TO_REFERENCE are also importable from here.
@@ -36,6 +37,9 @@ from pettingllms_rllib.metric_keys import (
     IMPORTANCE_WEIGHT_MEAN,
     KL_TO_REFERENCE,
     KL_TO_START,
+    LOGP_MISMATCH_KL,
+    LOGP_MISMATCH_MAX,
+    LOGP_MISMATCH_MEAN,
     NUM_GRADIENT_STEPS,
     NUM_RESPONSE_TOKENS,
     NUM_SAMPLES_TRAINED,
@@ -114,6 +118,7 @@ class ATGRPOTorchLearner(TorchLearner):
                     counts[step[module_id]].sum() for step in steps if module_id in step)),
             }, window=1)
         self._kl_to_start_pending = set(batches)
+        self._mismatch_pending = set(batches)
         for module_id, module_batch in batches.items():
             self._attach_proximal_logprobs(module_id, module_batch, minibatch_size)
         num_steps = self._agreed_num_steps(len(steps))
@@ -124,30 +129,60 @@ class ATGRPOTorchLearner(TorchLearner):
         for _ in range(num_steps - len(steps)):
             yield MultiAgentBatch({}, env_steps=0)
 
+    @property
+    def behaviour_logprobs_are_exact(self) -> bool:
+        """Whether the engines' log-probs are this learner's own up to fp32 rounding (HF
+        generation, fp32 everywhere); if not (bf16, vLLM), every row's ratio denominator is
+        recomputed here."""
+        if not hasattr(self, "_behaviour_exact"):
+            self._behaviour_exact = behaviour_logprobs_are_exact(
+                self.config.engine, self.config.model_dtype, self.config.autocast_dtype)
+        return self._behaviour_exact
+
     def _attach_proximal_logprobs(self, module_id, module_batch, minibatch_size) -> None:
-        """Rows sampled with older weights than this update starts from (asynchronous
-        training): their ``old_logp`` becomes this learner's own log-probs before the update
-        (no gradient), and the engine's log-probs move to ``behaviour_logp`` for the truncated
-        importance weight (``core/loss.py``). On-policy rows keep the engine's log-probs in
-        both, so their weight is exactly 1; a batch without stale rows is left as it is."""
-        if "weights_version" not in module_batch:
-            return
-        start_version = int(self._weights_seq_no) - 1  # Learner.update counted this update
-        versions = module_batch["weights_version"]
-        stale = torch.nonzero(versions.to("cpu") < start_version).flatten().numpy()
-        if len(stale) == 0:
+        """The decoupled PPO objective where the sampler's log-probs are not the learner's
+        (``core/loss.py``): rows sampled by another numeric path (bf16, vLLM: every row) or
+        with older weights (asynchronous training: the stale rows) get as ``old_logp`` this
+        learner's own log-probs before the update (no gradient), and the engine's log-probs
+        move to ``behaviour_logp`` for the truncated importance weight. Other rows keep the
+        engine's log-probs in both, so their weight is exactly 1; a batch with nothing to
+        recompute is left as it is (fp32 HF on-policy: today's algorithm, exactly). The
+        recomputed rows also give the behaviour/learner gap metrics."""
+        counts = samples_per_row(module_batch)
+        if not self.behaviour_logprobs_are_exact:
+            rows = np.arange(len(counts))
+        elif "weights_version" in module_batch:
+            start_version = int(self._weights_seq_no) - 1  # Learner.update counted this one
+            versions = module_batch["weights_version"]
+            rows = torch.nonzero(versions.to("cpu") < start_version).flatten().numpy()
+        else:
+            rows = np.arange(0)
+        if len(rows) == 0:
             return
         proximal = module_batch["old_logp"].clone()
-        counts = samples_per_row(module_batch)
         with torch.no_grad():
-            for rows in split_rows(counts, stale, minibatch_size):
-                piece = trimmed_rows(module_batch, rows)
+            for part in split_rows(counts, rows, minibatch_size):
+                piece = trimmed_rows(module_batch, part)
                 logp = self._module[module_id].forward_train(piece)[TOKEN_LOGP]
-                index = torch.as_tensor(rows, dtype=torch.long, device=proximal.device)
+                index = torch.as_tensor(part, dtype=torch.long, device=proximal.device)
                 mask = piece["response_mask"].to(logp.dtype)
                 proximal[index, :logp.shape[1]] = (logp * mask).to(proximal.dtype)
-        module_batch["behaviour_logp"] = module_batch["old_logp"]
+        behaviour = module_batch["old_logp"]
+        index = torch.as_tensor(rows, dtype=torch.long, device=proximal.device)
+        self._log_mismatch(module_id, proximal[index], behaviour[index],
+                           module_batch["response_mask"][index])
+        module_batch["behaviour_logp"] = behaviour
         module_batch["old_logp"] = proximal
+
+    def _log_mismatch(self, module_id, learner_logp, behaviour_logp, mask) -> None:
+        """The behaviour/learner log-prob gap of one module in this update (once per update)."""
+        self._mismatch_pending.discard(module_id)
+        width = min(learner_logp.shape[-1], behaviour_logp.shape[-1], mask.shape[-1])
+        gap = logprob_mismatch(learner_logp[..., :width], behaviour_logp[..., :width],
+                               mask[..., :width])
+        self.metrics.log_dict({(module_id, LOGP_MISMATCH_MEAN): gap.mean_abs,
+                               (module_id, LOGP_MISMATCH_MAX): gap.max_abs,
+                               (module_id, LOGP_MISMATCH_KL): gap.kl}, window=1)
 
     def _agreed_num_steps(self, local_steps: int) -> int:
         """With several learners every one must take the same number of steps (each step ends
@@ -165,6 +200,7 @@ class ATGRPOTorchLearner(TorchLearner):
     def build(self) -> None:
         self._check_device_memory()
         self._kl_to_start_pending: set = set()  # modules whose kl_to_start this update owes
+        self._mismatch_pending: set = set()  # modules whose logp_mismatch this update owes
         super().build()
 
     def _check_device_memory(self) -> None:
@@ -317,6 +353,11 @@ class ATGRPOTorchLearner(TorchLearner):
             (module_id, NUM_RESPONSE_TOKENS): stats.num_tokens,
             (module_id, ENTROPY): _masked_mean(fwd_out[TOKEN_ENTROPY], batch["response_mask"]),
         }, window=1)
+        if module_id in self._mismatch_pending:  # nothing recomputed: this minibatch's gap,
+            # its log-probs being the weights the update starts from (the module's first step)
+            self._log_mismatch(module_id, fwd_out[TOKEN_LOGP].detach(),
+                               batch["behaviour_logp"] if "behaviour_logp" in batch
+                               else batch["old_logp"], batch["response_mask"])
         if module_id in self._kl_to_start_pending:
             self._kl_to_start_pending.discard(module_id)
             if reference is not None:  # the same estimate, already computed

@@ -134,3 +134,27 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
             importance_truncated_fraction=float((truncated.to(mask.dtype) * mask).sum() / denom),
         )
     return loss, stats
+
+
+@dataclasses.dataclass(frozen=True)
+class LogpMismatch:
+    """How far the learner's log-probs of sampled tokens are from the sampler's (token means
+    over the mask; ``kl`` is the k3 estimate of KL(behaviour || learner), the tokens being
+    samples of the behaviour policy)."""
+
+    mean_abs: float
+    max_abs: float
+    kl: float
+
+
+def logprob_mismatch(learner_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                     mask: torch.Tensor) -> LogpMismatch:
+    """The behaviour/learner gap of the same tokens: with ``r = learner - behaviour``,
+    ``mean |r|``, ``max |r|`` and ``mean(exp(r) - r - 1)`` over ``mask``."""
+    with torch.no_grad():
+        mask = mask.to(torch.float32)
+        r = (learner_logp.float() - behaviour_logp.float()) * mask
+        denom = mask.sum().clamp(min=1.0)
+        return LogpMismatch(mean_abs=float(r.abs().sum() / denom),
+                            max_abs=float(r.abs().max()) if r.numel() else 0.0,
+                            kl=float(((torch.exp(r) - r - 1.0) * mask).sum() / denom))

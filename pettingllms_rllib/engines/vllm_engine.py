@@ -316,6 +316,7 @@ def start_vllm_engines(config, tokenizer, sampling: SamplingConfig) -> dict[str,
     fine-tuning: one engine per module, each with an equal share of the runner's GPU memory
     and KV cache."""
     from pettingllms_rllib.models.loading import model_folder
+    from pettingllms_rllib.models.precision import resolve_model_dtype
 
     module_ids = sorted(config.policies)
     lora = config.lora_kwargs
@@ -324,7 +325,8 @@ def start_vllm_engines(config, tokenizer, sampling: SamplingConfig) -> dict[str,
     def start(max_loras: int) -> VLLMEngine:
         return VLLMEngine(
             model_folder(config.model_spec_dict), tokenizer, sampling,
-            system_prompt=config.system_prompt, dtype=config.model_dtype, max_loras=max_loras,
+            system_prompt=config.system_prompt,
+            dtype=resolve_model_dtype(config.model_dtype).dtype, max_loras=max_loras,
             max_lora_rank=16 if lora is None else int(lora["r"]),
             gpu_memory_utilization=float(config.vllm_gpu_memory_utilization) / share,
             kv_cache_gib=None if config.vllm_kv_cache_gib is None else

@@ -36,6 +36,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from pettingllms_rllib.models.precision import MODEL_DTYPES, DtypeChoice, resolve_model_dtype
+
 logger = logging.getLogger(__name__)
 
 BUNDLED_MODEL_NAME = "smollm2-135m-instruct"
@@ -72,8 +74,10 @@ class ModelSpec:
     Attributes:
         name_or_path: ``"smollm2-135m-instruct"`` (bundled default), ``"tiny-random"``, a local
             folder or ``.gguf`` file, or a hub id.
-        dtype: torch dtype name. fp32 is the default because bf16 is several times slower on
-            CPUs without AVX-512/AMX and the ratio checks need fp32 precision.
+        dtype: ``"auto"`` (bf16 where the device computes it fast, else fp32:
+            :mod:`~pettingllms_rllib.models.precision`) or a torch dtype name. A bare spec
+            defaults to fp32, the exact path tests and teacher-forced checks compare against;
+            ``ATGRPOConfig`` defaults to ``"auto"``.
         tiny_config: overrides of the tiny-random llama config (e.g. ``{"hidden_size": 32}``);
             only used with ``"tiny-random"``.
         seed: seed of the tiny-random initialisation.
@@ -85,8 +89,9 @@ class ModelSpec:
     seed: int = 0
 
     def __post_init__(self):
-        if not isinstance(getattr(torch, self.dtype, None), torch.dtype):
-            raise ValueError(f"unknown torch dtype {self.dtype!r}")
+        if self.dtype not in MODEL_DTYPES:
+            raise ValueError(f"model dtype {self.dtype!r} is not accepted; accepted: "
+                             f"{list(MODEL_DTYPES)}")
         if self.tiny_config is not None:
             if self.name_or_path != TINY_RANDOM_NAME:
                 raise ValueError(f"tiny_config only applies to {TINY_RANDOM_NAME!r}, "
@@ -95,8 +100,13 @@ class ModelSpec:
             object.__setattr__(self, "tiny_config", dict(self.tiny_config))
 
     @property
+    def dtype_choice(self) -> DtypeChoice:
+        """What ``dtype`` means in this process (``"auto"`` resolved for its device)."""
+        return resolve_model_dtype(self.dtype)
+
+    @property
     def torch_dtype(self) -> torch.dtype:
-        return getattr(torch, self.dtype)
+        return self.dtype_choice.torch_dtype
 
     @staticmethod
     def fields_of_config(config: Mapping[str, Any]) -> dict[str, Any]:

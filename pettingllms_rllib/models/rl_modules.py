@@ -19,6 +19,7 @@ penalty) and, for LoRA, ``lora`` (``peft.LoraConfig`` keyword arguments).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
+from pettingllms_rllib.models.precision import learner_dtypes
 from pettingllms_rllib.models.memory import DEFAULT_LORA
 from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
@@ -54,21 +56,25 @@ class CausalLMRLModule(TorchRLModule):
     def setup(self):
         config = self.model_config or {}
         spec = ModelSpec.coerce(config.get("model"))
-        self.causal_lm = load_causal_lm(spec)
+        weights, autocast = learner_dtypes(spec.dtype_choice,
+                                           trains_all_weights=not self.inference_only)
+        self.causal_lm = load_causal_lm(dataclasses.replace(spec, dtype=weights))
         _maybe_checkpoint_activations(self.causal_lm, config, self.inference_only)
-        self._read_logprob_settings(config)
+        self._read_logprob_settings(config, default_autocast=autocast)
         #: The frozen starting model, the KL penalty's reference (``kl_coef > 0``): learners
         #: only, never part of the module's state or its trainable parameters.
         self.reference_lm = None
         if config.get("reference_copy") and not self.inference_only:
-            self.reference_lm = load_causal_lm(spec)
+            self.reference_lm = load_causal_lm(dataclasses.replace(spec, dtype=weights))
             self.reference_lm.requires_grad_(False)
 
-    def _read_logprob_settings(self, config: dict) -> None:
+    def _read_logprob_settings(self, config: dict, default_autocast: str | None = None) -> None:
+        """``default_autocast``: the autocast that ``model_dtype: auto`` asks for (a learner
+        holding fp32 master weights); an explicit ``autocast_dtype`` wins."""
         self.temperature = float(config.get("temperature", 1.0))
         self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
         self.entropy_gradient = bool(config.get("entropy_gradient", False))
-        dtype_name = config.get("autocast_dtype")
+        dtype_name = config.get("autocast_dtype") or default_autocast
         self.autocast_dtype = None if dtype_name is None else getattr(torch, dtype_name)
 
     def activate(self) -> None:
