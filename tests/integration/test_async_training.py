@@ -23,9 +23,12 @@ def ray_session():
 
 
 def tiny_config(**training) -> ATGRPOConfig:
+    """fp32: these tests check the exact path, where on-policy rows keep the engine's
+    log-probs (under a bf16 ``auto`` every row is recomputed: tests/models/test_precision.py)."""
     return (ATGRPOConfig()
             .environment("toy_score_v0", env_config={"max_turns": 1})
-            .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6)
+            .llm(model="tiny-random", tiny_model_config=TINY, max_new_tokens=6,
+                 model_dtype="float32")
             .training(num_branches=4, num_tasks_per_iteration=3, lr=1e-2, **training)
             .env_runners(num_env_runners=1)
             .multi_agent(**multi_agent_kwargs("per_role", AGENTS))

@@ -1,0 +1,223 @@
+"""fp32 against ``model_dtype: auto`` on this machine, side by side in one run (issue 43).
+
+    python bench/precision.py gemm        # the fp32 and bf16 GEMM ceilings (1024^3 matmul)
+    python bench/precision.py model       # the bundled model: prefill, decode-shaped, fwd+bwd
+    python bench/precision.py mismatch    # engine vs learner log-probs of the same samples
+    python bench/precision.py iteration   # main-job iterations, float32 vs auto
+
+Every part alternates the two arms within each repetition, so drift in machine load hits both;
+quote the ratios, not the absolute times (a shared 2-core VM). ``auto`` resolves here as the
+library does (``models/precision.py``): printed first. Results: bench/RESULTS.md "Arithmetic".
+
+* ``model``: SmolLM2-135M (bundled) with fp32 weights vs bf16 weights: a prefill of 8 x 128
+  tokens, one decode-shaped step of 64 rows x 1 token over a 128-token KV cache, and forward +
+  backward of 8 x 256 tokens; tokens/s.
+* ``mismatch``: the HF engine samples K=4 answers to 8 main-job prompts; the learner's module
+  recomputes their log-probs teacher-forced, in both arms; mean, p99 and max |gap| per token.
+* ``iteration``: the main job (``tune_configs/math_cpu.yaml``, ``--set`` overrides apply) built
+  with ``build_algo`` in a fresh subprocess per arm and repetition, ``--iterations`` each; wall
+  seconds per iteration and the time shares (generate, learner, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN_JOB = REPO / "tune_configs/math_cpu.yaml"
+ARMS = ("float32", "bfloat16")
+
+
+def log(message: str) -> None:
+    print(f"[precision] {message}", file=sys.stderr, flush=True)
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+# ------------------------------------------------------------------------------------- gemm
+def bench_gemm(args) -> dict:
+    size = 1024
+    rows: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    for _ in range(args.repeats):
+        for arm in ARMS:
+            dtype = getattr(torch, arm)
+            a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+            seconds = _best_seconds(lambda: a @ b, 5)
+            rows[arm].append(2 * size ** 3 / seconds / 1e9)
+    best = {arm: max(values) for arm, values in rows.items()}
+    return {"gflops": rows, "best_gflops": best,
+            "bf16_over_fp32": best["bfloat16"] / best["float32"]}
+
+
+# ------------------------------------------------------------------------------------ model
+def bench_model(args) -> dict:
+    from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
+
+    models = {arm: load_causal_lm(ModelSpec(args.model, dtype=arm)) for arm in ARMS}
+    vocab = models["float32"].config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    prefill = torch.randint(0, vocab, (8, 128), generator=generator)
+    train = torch.randint(0, vocab, (8, 256), generator=generator)
+    step = torch.randint(0, vocab, (64, 1), generator=generator)
+
+    def run_prefill(model):
+        with torch.no_grad():
+            model(prefill)
+
+    def run_decode(model, cache):
+        with torch.no_grad():
+            model(step, past_key_values=cache, use_cache=True)
+
+    def run_train(model):
+        model.zero_grad(set_to_none=True)
+        logits = model(train).logits
+        logits.float().logsumexp(-1).mean().backward()
+
+    results: dict[str, dict[str, list[float]]] = {arm: {"prefill": [], "decode": [], "train": []}
+                                                   for arm in ARMS}
+    for _ in range(args.repeats):
+        for arm, model in models.items():
+            with torch.no_grad():
+                context = torch.randint(0, vocab, (64, 128), generator=generator)
+                cache = model(context, use_cache=True).past_key_values
+            results[arm]["prefill"].append(prefill.numel() / _best_seconds(
+                lambda: run_prefill(model), 2))
+            results[arm]["decode"].append(64 / _best_seconds(
+                lambda: run_decode(model, _copy_cache(cache)), 3))
+            model.train()
+            results[arm]["train"].append(train.numel() / _best_seconds(
+                lambda: run_train(model), 1))
+            model.eval()
+    best = {arm: {part: max(v) for part, v in parts.items()} for arm, parts in results.items()}
+    return {"tokens_per_s": results, "best_tokens_per_s": best,
+            "bf16_over_fp32": {part: best["bfloat16"][part] / best["float32"][part]
+                               for part in best["float32"]}}
+
+
+def _copy_cache(cache):
+    import copy
+
+    return copy.deepcopy(cache)
+
+
+# --------------------------------------------------------------------------------- mismatch
+def bench_mismatch(args) -> dict:
+    from pettingllms_rllib.engines.base import SamplingConfig
+    from pettingllms_rllib.engines.hf_engine import HFEngine
+    from pettingllms_rllib.envs import make_text_env
+    from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm, load_tokenizer
+    from pettingllms_rllib.models.logprobs import response_logprobs
+
+    env = make_text_env("math_v0", {"dataset": "generated", "difficulty": 1,
+                                    "kinds": ["arithmetic"], "prompt_style": "compact",
+                                    "answer_format": "sentence"})
+    prompts = [env.reset(seed=seed)[0]["reasoner"] for seed in range(8)]
+    tokenizer = load_tokenizer(ModelSpec(args.model))
+    result = {}
+    for arm in ARMS:
+        model = load_causal_lm(ModelSpec(args.model, dtype=arm))
+        engine = HFEngine(tokenizer, SamplingConfig(max_new_tokens=40, temperature=0.7, seed=0))
+        gaps = []
+        for completion in (c for group in engine.generate(model, prompts, 4) for c in group):
+            ids = torch.tensor([list(completion.prompt_ids) + list(completion.response_ids)])
+            start = len(completion.prompt_ids)
+            mask = torch.zeros_like(ids)
+            mask[0, start:] = 1
+            with torch.no_grad():
+                learner = response_logprobs(model, ids, torch.ones_like(ids), mask,
+                                            temperature=0.7)[0, start:]
+            gaps.append((learner - torch.tensor(completion.logprobs)).abs())
+        flat = torch.cat(gaps)
+        result[arm] = {"tokens": int(flat.numel()), "mean": float(flat.mean()),
+                       "p99": float(flat.quantile(0.99)), "max": float(flat.max())}
+    return result
+
+
+# -------------------------------------------------------------------------------- iteration
+ITERATION_WORKER = r"""
+import json, sys
+import ray
+from pettingllms_rllib.experiment import load_experiment
+experiment = load_experiment(sys.argv[1], sys.argv[3:])
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+algo = experiment.config.build_algo()
+rows = []
+for _ in range(int(sys.argv[2])):
+    result = algo.train()
+    stats = result.get("at_grpo", {})
+    learners = result.get("learners", {})
+    rows.append({"time_this_iter_s": result["time_this_iter_s"],
+                 "success_rate": result["env_runners"]["success_rate"],
+                 "generated_tokens": result["env_runners"]["num_generated_tokens"],
+                 "time_s": stats.get("time_s"), "time_share": stats.get("time_share"),
+                 "logp_mismatch_mean": {m: v.get("logp_mismatch_mean")
+                                        for m, v in learners.items() if isinstance(v, dict)}})
+algo.stop()
+print("RESULT " + json.dumps(rows, default=float))
+"""
+
+
+def bench_iteration(args) -> dict:
+    results: dict[str, list] = {"float32": [], "auto": []}
+    for repeat in range(args.repeats):
+        for arm in results:
+            log(f"iteration: {arm}, repetition {repeat + 1}/{args.repeats}")
+            overrides = [f"llm.model_dtype={arm}", "evaluation.evaluation_interval=0",
+                         "resources.num_cpus_for_main_process=1", *args.set]
+            out = subprocess.run(
+                [sys.executable, "-c", ITERATION_WORKER, str(MAIN_JOB), str(args.iterations),
+                 *overrides], cwd=REPO, capture_output=True, text=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1"})
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if out.returncode or not line:
+                raise RuntimeError(f"iteration worker ({arm}) failed:\n{out.stderr[-3000:]}")
+            results[arm].append(json.loads(line[-1][len("RESULT "):]))
+    per_arm = {arm: [row["time_this_iter_s"] for run in runs for row in run]
+               for arm, runs in results.items()}
+    median = {arm: sorted(v)[len(v) // 2] for arm, v in per_arm.items()}
+    return {"runs": results, "median_iteration_s": median,
+            "fp32_over_auto": median["float32"] / median["auto"]}
+
+
+def main() -> None:
+    from pettingllms_rllib.models.precision import resolve_model_dtype
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=("gemm", "model", "mismatch", "iteration"))
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--set", nargs="*", default=[], help="overrides for the iteration part")
+    parser.add_argument("--out", help="write the JSON result here too")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    choice = resolve_model_dtype("auto")
+    log(choice.describe())
+    result = {"gemm": bench_gemm, "model": bench_model, "mismatch": bench_mismatch,
+              "iteration": bench_iteration}[args.part](args)
+    result.update(threads=args.threads, auto=choice.describe())
+    text = json.dumps(result, indent=1, default=float)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
