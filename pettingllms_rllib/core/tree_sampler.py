@@ -58,7 +58,8 @@ from typing import Callable, Mapping, Sequence
 
 from pettingllms_rllib.core.records import GroupKey, SampleRecord
 from pettingllms_rllib.engines.base import Completion
-from pettingllms_rllib.envs.base import EnvContractError, TextParallelEnv
+from pettingllms_rllib.envs.base import (INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM,
+                                         INFO_SUCCESS, EnvContractError, TextParallelEnv)
 
 #: ``generate(module_id, prompts, num_samples) -> [[Completion] * num_samples] * len(prompts)``
 GenerateFn = Callable[[str, Sequence[str], int], list[list[Completion]]]
@@ -361,10 +362,10 @@ class TreeSampler:
                     stage.branches[agent].append(_Branch(agent, None, {}, {}, record))
                     continue
                 record.reward = float(reward[agent])
-                record.reward_team = float(info[agent]["reward_team"])
-                record.reward_local = float(info[agent]["reward_local"])
-                record.success = bool(info[agent]["success"])
-                record.parse_error = info[agent]["parse_error"]
+                record.reward_team = float(info[agent][INFO_REWARD_TEAM])
+                record.reward_local = float(info[agent][INFO_REWARD_LOCAL])
+                record.success = bool(info[agent][INFO_SUCCESS])
+                record.parse_error = info[agent][INFO_PARSE_ERROR]
                 stage.branches[agent].append(_Branch(agent, env, reward, info, record))
         return stage
 
@@ -408,8 +409,8 @@ class TreeSampler:
                 if agent not in acting:
                     record.reward_credit += float(rewards.get(agent, 0.0))
                 if play.turn_open and (not play.env.agents or play.env.stage_index == 0):
-                    team_end = max(float(infos[a]["reward_team"]) for a in acting)
-                    own_team = float(infos.get(agent, {}).get("reward_team", 0.0))
+                    team_end = max(float(infos[a][INFO_REWARD_TEAM]) for a in acting)
+                    own_team = float(infos.get(agent, {}).get(INFO_REWARD_TEAM, 0.0))
                     record.reward_credit += float(play.env.alpha) * (team_end - own_team)
                     play.turn_open = False
                 if self._keeps_playing(agent, play.env, play.turn_open):
@@ -498,8 +499,8 @@ class TreeSampler:
         for agent in paid:
             agent_info = info.get(agent, {})
             value = float(reward[agent])
-            team = float(agent_info.get("reward_team", 0.0))
-            local = float(agent_info.get("reward_local", value))
+            team = float(agent_info.get(INFO_REWARD_TEAM, 0.0))
+            local = float(agent_info.get(INFO_REWARD_LOCAL, value))
             summary.agent_reward_team[agent] = summary.agent_reward_team.get(agent, 0.0) + team
             summary.agent_reward_local[agent] = summary.agent_reward_local.get(agent, 0.0) + local
             summary.agent_return[agent] = summary.agent_return.get(agent, 0.0) + value
@@ -510,6 +511,6 @@ class TreeSampler:
         for agent in stage:
             agent_info = info[agent]
             summary.parse_errors[agent] = (summary.parse_errors.get(agent, 0)
-                                           + int(agent_info["parse_error"] is not None))
+                                           + int(agent_info[INFO_PARSE_ERROR] is not None))
             summary.agent_actions[agent] = summary.agent_actions.get(agent, 0) + 1
-            summary.success = bool(agent_info["success"])
+            summary.success = bool(agent_info[INFO_SUCCESS])

@@ -1,7 +1,8 @@
 """The text-env protocol (see :mod:`pettingllms_rllib.envs.base`)."""
 
 from pettingllms_rllib.envs.base import (
-    SPLITS, TRAIN_SEED_LIMIT, EnvContractError, ParseResult, Prompt, Role, StageOutcome,
+    INFO_ACTING, INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM, INFO_STAGE, INFO_SUCCESS,
+    INFO_TURN, SPLITS, TRAIN_SEED_LIMIT, EnvContractError, ParseResult, Prompt, Role, StageOutcome,
     TextParallelEnv, answer_prefix_of, split_of_seed, task_name)
 from pettingllms_rllib.envs.conformance import (
     check_clone_contract, check_splits_disjoint, check_text_env)
@@ -22,4 +23,6 @@ __all__ = [
     "AECTextEnv", "NotATextEnvError", "ParallelTextEnv", "require_text_env", "wrap_aec_env",
     "wrap_parallel_env", "TooFewInstancesError", "distinct_instance_seeds",
     "instance_fingerprint", "shared_instances", "clip_text", "quote_block", "quote_inline",
+    "INFO_ACTING", "INFO_PARSE_ERROR", "INFO_REWARD_LOCAL", "INFO_REWARD_TEAM", "INFO_STAGE",
+    "INFO_SUCCESS", "INFO_TURN",
 ]

@@ -44,6 +44,22 @@ DEFAULT_MAX_ACTION_CHARS = 16_384
 TRAIN_SEED_LIMIT = 1_000_000_000
 SPLITS = ("train", "test")
 
+# Keys of ``infos[agent]`` that the text-env protocol defines (module docstring).
+#: Whether the agent acts in the next ``step`` (False for everyone once the episode is over).
+INFO_ACTING = "acting"
+#: The turn the env is in (a turn runs every workflow stage once).
+INFO_TURN = "turn"
+#: The index of the workflow stage within the turn.
+INFO_STAGE = "stage"
+#: Why the agent's answer did not parse (None when it parsed; see :func:`parse_error_text`).
+INFO_PARSE_ERROR = "parse_error"
+#: Whether the task is solved.
+INFO_SUCCESS = "success"
+#: The team part of the agent's reward (``reward = alpha * team + local``).
+INFO_REWARD_TEAM = "reward_team"
+#: The agent's own (local) part of its reward.
+INFO_REWARD_LOCAL = "reward_local"
+
 
 class EnvContractError(ValueError):
     """An env broke the text-env contract (a reward for an agent it does not have, a NaN
@@ -310,13 +326,13 @@ class TextParallelEnv(ParallelEnv):
             team = float(outcome.team) if agent in stage else 0.0
             rewards[agent] = self.alpha * team + local
             info = self._base_info(agent)
-            info.update(reward_team=team, reward_local=local, success=bool(outcome.success),
-                        acted=agent in stage,
-                        parse_error=parsed[agent].error if agent in stage else None)
+            info.update({INFO_REWARD_TEAM: team, INFO_REWARD_LOCAL: local,
+                         INFO_SUCCESS: bool(outcome.success), "acted": agent in stage,
+                         INFO_PARSE_ERROR: parsed[agent].error if agent in stage else None})
             if agent in outcome.feedback:
                 info["feedback"] = outcome.feedback[agent]
             if done:
-                info["acting"] = False
+                info[INFO_ACTING] = False
             infos[agent] = info
         observations = self.current_observations()
         terminations = {a: bool(outcome.terminated) for a in self.agents}
@@ -376,8 +392,8 @@ class TextParallelEnv(ParallelEnv):
         return text if len(text) <= limit else text[: limit - 3] + "..."
 
     def _base_info(self, agent: str) -> dict[str, Any]:
-        return {"acting": agent in self.current_stage, "turn": self.turn,
-                "stage": self.stage_index, "role": self.roles[agent].name,
+        return {INFO_ACTING: agent in self.current_stage, INFO_TURN: self.turn,
+                INFO_STAGE: self.stage_index, "role": self.roles[agent].name,
                 "task_seed": self.task_seed}
 
     def _check_declaration(self) -> None:

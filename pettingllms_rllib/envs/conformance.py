@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, TextParallelEnv
+from pettingllms_rllib.envs.base import (INFO_ACTING, INFO_PARSE_ERROR, INFO_REWARD_LOCAL,
+                                         INFO_REWARD_TEAM, TRAIN_SEED_LIMIT, TextParallelEnv)
 from pettingllms_rllib.envs.instances import shared_instances
 from pettingllms_rllib.envs.wrappers import require_text_env
 
@@ -113,17 +114,17 @@ def check_text_env(env_factory: Callable[[], TextParallelEnv], *, seeds: Sequenc
         assert obs_a == obs_b, f"reset(seed={seed}) is not reproducible"
         # Protocol: infos say who acts, garbage is a flagged parse error, rewards decompose.
         _, infos = env.reset(seed=seed)
-        acting = [a for a in env.agents if infos[a]["acting"]]
+        acting = [a for a in env.agents if infos[a][INFO_ACTING]]
         assert acting == list(env.acting_agents()), "infos['acting'] disagrees with the stage"
         _, rewards, _, _, infos = env.step({a: "\x00 not an answer \x00" for a in env.agents})
         strict = (isinstance(env, TextParallelEnv) if expect_parse_errors is None
                   else expect_parse_errors)
         for agent in acting:
             info = infos[agent]
-            assert "parse_error" in info, f"{agent}: infos have no 'parse_error' key"
+            assert INFO_PARSE_ERROR in info, f"{agent}: infos have no 'parse_error' key"
             if strict:
-                assert info["parse_error"], f"{agent}: garbage was not flagged as a parse error"
-            mixed = env.alpha * info["reward_team"] + info["reward_local"]
+                assert info[INFO_PARSE_ERROR], f"{agent}: garbage was not flagged as a parse error"
+            mixed = env.alpha * info[INFO_REWARD_TEAM] + info[INFO_REWARD_LOCAL]
             assert np.isclose(rewards[agent], mixed), (
                 f"{agent}: reward {rewards[agent]} != alpha*team + local = {mixed}")
         _check_episode_ends(env_factory(), seed, max_episode_steps)

@@ -103,8 +103,9 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from pettingllms_rllib.envs.base import (DEFAULT_MAX_ACTION_CHARS,
-                                         DEFAULT_MAX_OBSERVATION_CHARS, TEXT_CHARSET,
-                                         reset_seed, split_of_seed)
+                                         DEFAULT_MAX_OBSERVATION_CHARS, INFO_ACTING,
+                                         INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM,
+                                         INFO_SUCCESS, TEXT_CHARSET, reset_seed, split_of_seed)
 from pettingllms_rllib.envs.instances import hash_split
 
 logger = logging.getLogger(__name__)
@@ -318,7 +319,7 @@ class OpenSpielTextEnv(ParallelEnv):
         self.spiel_state = self._deal(split_of_seed(seed))
         self.agents = list(self.possible_agents)
         acting = self._acting_players(self.spiel_state)
-        infos = {agent: {"acting": player in acting, "role": agent}
+        infos = {agent: {INFO_ACTING: player in acting, "role": agent}
                  for player, agent in enumerate(self.possible_agents)}
         return self._observations(self.spiel_state), infos
 
@@ -367,9 +368,9 @@ class OpenSpielTextEnv(ParallelEnv):
                 team, local = float(paid.mean()), penalty
                 success = returns is not None and returns.mean() >= self.success_threshold
             rewards[agent] = self.alpha * team + local
-            info = {"acting": player in next_acting, "role": agent, "reward_team": team,
-                    "reward_local": local, "success": bool(success),
-                    "parse_error": errors.get(player)}
+            info = {INFO_ACTING: player in next_acting, "role": agent, INFO_REWARD_TEAM: team,
+                    INFO_REWARD_LOCAL: local, INFO_SUCCESS: bool(success),
+                    INFO_PARSE_ERROR: errors.get(player)}
             if player in moves:
                 info["move"] = moves[player]
             infos[agent] = info

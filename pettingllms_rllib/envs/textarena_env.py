@@ -84,8 +84,10 @@ import gymnasium
 from pettingzoo import ParallelEnv
 
 from pettingllms_rllib.envs.base import (DEFAULT_MAX_ACTION_CHARS,
-                                         DEFAULT_MAX_OBSERVATION_CHARS, TEXT_CHARSET,
-                                         TRAIN_SEED_LIMIT, reset_seed, split_of_seed)
+                                         DEFAULT_MAX_OBSERVATION_CHARS, INFO_ACTING,
+                                         INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM,
+                                         INFO_SUCCESS, TEXT_CHARSET, TRAIN_SEED_LIMIT,
+                                         reset_seed, split_of_seed)
 from pettingllms_rllib.envs.instances import hash_split
 
 INSTALL_HINT = "pip install 'pettingllms-rllib[textarena]'"
@@ -390,7 +392,7 @@ class TextArenaParallelEnv(ParallelEnv):
             seed = random.SystemRandom().randrange(TRAIN_SEED_LIMIT)
         self.task_seed = int(seed)
         self._draw_instance(self.task_seed)
-        infos = {agent: {"acting": pid == self._acting, "textarena_player": pid}
+        infos = {agent: {INFO_ACTING: pid == self._acting, "textarena_player": pid}
                  for pid, agent in enumerate(self.possible_agents)}
         return self._observations(), infos
 
@@ -580,9 +582,9 @@ class TextArenaParallelEnv(ParallelEnv):
 
     def _info(self, pid: int, *, team: float, local: float, success: bool,
               parse_error: str | None, payoff: float | None, done: bool) -> dict[str, Any]:
-        info = {"acting": (not done) and pid == self._acting, "reward_team": float(team),
-                "reward_local": float(local), "success": bool(success),
-                "parse_error": parse_error, "textarena_player": pid}
+        info = {INFO_ACTING: (not done) and pid == self._acting, INFO_REWARD_TEAM: float(team),
+                INFO_REWARD_LOCAL: float(local), INFO_SUCCESS: bool(success),
+                INFO_PARSE_ERROR: parse_error, "textarena_player": pid}
         if payoff is not None:
             info["payoff"] = float(payoff)
             reason = (getattr(self.game.state, "game_info", None) or {}).get(pid, {})

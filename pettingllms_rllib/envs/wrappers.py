@@ -37,7 +37,9 @@ import gymnasium
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
 
-from pettingllms_rllib.envs.base import check_step_output, parse_error_text
+from pettingllms_rllib.envs.base import (INFO_ACTING, INFO_PARSE_ERROR, INFO_REWARD_LOCAL,
+                                         INFO_REWARD_TEAM, INFO_STAGE, INFO_SUCCESS, INFO_TURN,
+                                         check_step_output, parse_error_text)
 
 #: What the sampler and the conformance checks use of a text env, beyond PettingZoo's API.
 PROTOCOL_ATTRIBUTES = ("acting_agents", "clone", "current_observations", "prompt_examples",
@@ -170,19 +172,20 @@ class _TextEnvView(ParallelEnv):
                        acted: bool, done: bool) -> dict[str, Any]:
         """``info`` with every key the protocol promises, read from the env where it says."""
         out = dict(info)
-        out["acting"] = False if done else agent in self._acting
+        out[INFO_ACTING] = False if done else agent in self._acting
         out.setdefault("role", agent)
-        out["turn"], out["stage"], out["task_seed"] = self.turn, self.stage_index, self.task_seed
+        out[INFO_TURN], out[INFO_STAGE], out["task_seed"] = (self.turn, self.stage_index,
+                                                             self.task_seed)
         if reward is None:
             return out
-        if "reward_team" in info and "reward_local" not in info:
-            out["reward_local"] = float(reward) - self.alpha * float(info["reward_team"])
-        elif "reward_team" not in info:
-            out["reward_team"], out["reward_local"] = 0.0, float(reward)
-        out["success"] = bool(info.get("success", False))
+        if INFO_REWARD_TEAM in info and INFO_REWARD_LOCAL not in info:
+            out[INFO_REWARD_LOCAL] = float(reward) - self.alpha * float(info[INFO_REWARD_TEAM])
+        elif INFO_REWARD_TEAM not in info:
+            out[INFO_REWARD_TEAM], out[INFO_REWARD_LOCAL] = 0.0, float(reward)
+        out[INFO_SUCCESS] = bool(info.get(INFO_SUCCESS, False))
         out["acted"] = acted
-        out["parse_error"] = parse_error_text(info.get("parse_error"), agent=agent,
-                                              where=self._where())
+        out[INFO_PARSE_ERROR] = parse_error_text(info.get(INFO_PARSE_ERROR), agent=agent,
+                                                 where=self._where())
         return out
 
     def _where(self) -> str:
@@ -195,8 +198,8 @@ class _TextEnvView(ParallelEnv):
                   *, reset: bool = False) -> None:
         """Turn and stage after a step (module docstring): as the env reports them, else
         inferred from who acted and who acts next."""
-        reported = [int(info["turn"]) for info in infos.values() if "turn" in info]
-        staged = [int(info["stage"]) for info in infos.values() if "stage" in info]
+        reported = [int(info[INFO_TURN]) for info in infos.values() if INFO_TURN in info]
+        staged = [int(info[INFO_STAGE]) for info in infos.values() if INFO_STAGE in info]
         if reset:
             self.turn, self.stage_index = (reported[0] if reported else 0), 0
             self._acted_this_turn = set()
@@ -224,8 +227,8 @@ class ParallelTextEnv(_TextEnvView):
         _check_text_spaces(env, self.possible_agents, "ParallelEnv")
 
     def _who_acts(self, infos: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
-        if any("acting" in infos.get(agent, {}) for agent in self.agents):
-            return tuple(a for a in self.agents if infos.get(a, {}).get("acting"))
+        if any(INFO_ACTING in infos.get(agent, {}) for agent in self.agents):
+            return tuple(a for a in self.agents if infos.get(a, {}).get(INFO_ACTING))
         return tuple(self.agents)
 
     def reset(self, seed: int | None = None, options: dict | None = None):

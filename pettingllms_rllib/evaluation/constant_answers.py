@@ -20,6 +20,7 @@ import collections
 import dataclasses
 from typing import Iterable, Mapping, Sequence
 
+from pettingllms_rllib.envs.base import INFO_SUCCESS
 from pettingllms_rllib.envs.registry import make_text_env
 
 
@@ -46,7 +47,7 @@ def play_constant_team(env, seeds: Sequence[int], answers: Mapping[str, str]) ->
         while env.agents:
             _, _, _, _, infos = env.step({agent: answers.get(agent, "")
                                           for agent in env.acting_agents()})
-            success = success or any(info.get("success") for info in infos.values())
+            success = success or any(info.get(INFO_SUCCESS) for info in infos.values())
         solved += int(success)
     return solved
 
