@@ -154,7 +154,7 @@ def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.checkpoint_ledger import CheckpointLedger, repair_experiment_state
     from pettingllms_rllib.plotting import plot_experiment
     from pettingllms_rllib.progress import ProgressLine
-    from pettingllms_rllib.trial_results import tidy_trial
+    from pettingllms_rllib.trial_results import RESULT_FILE, tidy_trial
 
     runtime_env = _workers_runtime_env() if experiment.imports else None
     if args.address:
@@ -188,7 +188,7 @@ def _train(args: argparse.Namespace) -> int:
                 verbose=2 if args.verbose else 0,
                 checkpoint_config=_checkpoint_config(experiment)))
     results = tuner.fit()
-    for trial_dir in sorted(p.parent for p in experiment_dir.glob("*/result.json")):
+    for trial_dir in sorted(p.parent for p in experiment_dir.glob(f"*/{RESULT_FILE}")):
         try:
             tidy_trial(trial_dir)  # a resumed trial: each iteration once, one CSV column set
         except OSError as exc:  # a full disk: the old files stay as they were
@@ -312,6 +312,7 @@ def _task_of(env_id, env_config, source_env, source_env_config):
 def _eval(args: argparse.Namespace) -> int:
     import json
 
+    from pettingllms_rllib import checkpoints
     from pettingllms_rllib.evaluation import evaluate as ev
     from pettingllms_rllib.evaluation.metrics import markdown_table
     from pettingllms_rllib.envs.registry import make_text_env
@@ -331,13 +332,13 @@ def _eval(args: argparse.Namespace) -> int:
             raise ValueError("--config is for --base-model: a checkpoint carries its own "
                              "training config")
         if args.checkpoint:
-            args.checkpoint = str(ev.resolve_checkpoint(args.checkpoint))
+            args.checkpoint = str(checkpoints.resolve(args.checkpoint))
             logger.info("evaluating %s", args.checkpoint)
-            stored = ev.read_checkpoint_config(args.checkpoint)
+            stored = checkpoints.read_config(args.checkpoint)
             env_id, env_config = _task_of(args.env, env_config, stored["env"],
                                           stored["env_config"])
             policies = ev.checkpoint_policies(args.checkpoint)
-            budget = ev.training_budget_of(args.checkpoint)
+            budget = checkpoints.training_budget(args.checkpoint)
             max_new_tokens = args.max_new_tokens or int(stored["max_new_tokens"])
         else:
             if not (args.base_model and (args.env or args.config)):

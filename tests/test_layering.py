@@ -6,7 +6,9 @@ loads nothing a layer below it must not know about.
 * engines and models: no RLlib (``models/rl_modules.py`` is the RLlib glue of models);
 * nothing outside ``engines/vllm_engine.py`` (when generating) imports vLLM;
 * serving: checking requests needs no model; the team service needs no Ray (only ``app.py``
-  is Serve glue).
+  is Serve glue);
+* the checkpoint layout (``checkpoints.py``): neither ray nor torch, so evaluation, serving and
+  the CLI read a checkpoint's config, modules' folders and budget without either.
 """
 
 import json
@@ -40,6 +42,7 @@ RULES = [
       "pettingllms_rllib.serving.client"],
      {"ray", "torch", "transformers"}),
     (["pettingllms_rllib.serving.team"], {"ray", "vllm"}),
+    (["pettingllms_rllib.checkpoints"], {"ray", "torch", "transformers"}),
 ]
 CASES = [(module, forbidden) for modules, forbidden in RULES for module in modules]
 

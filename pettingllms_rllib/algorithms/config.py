@@ -824,14 +824,15 @@ class ATGRPOConfig(AlgorithmConfig):
     def _check_start_checkpoint(self) -> None:
         """``start_from_checkpoint`` must be an RLlib checkpoint folder (a typo in the path
         would otherwise surface only after Ray started and the model loaded)."""
-        from pathlib import Path
+        from pettingllms_rllib import checkpoints
 
         if self.start_from_checkpoint is None:
             return
-        path = Path(self.start_from_checkpoint)
-        if not (path / "rllib_checkpoint.json").is_file():
-            self._value_error(f"start_from_checkpoint={str(path)!r} is not an RLlib checkpoint "
-                              "folder (a trial's checkpoint_N with rllib_checkpoint.json)")
+        path = self.start_from_checkpoint
+        if not checkpoints.is_algorithm_checkpoint(path):
+            self._value_error(f"start_from_checkpoint={str(path)!r} is not an RLlib algorithm "
+                              f"checkpoint folder (a trial's {checkpoints.CHECKPOINT_PREFIX}N, "
+                              f"with {checkpoints.CTOR_ARGS_FILE})")
 
     def _check_model_available(self) -> None:
         """Fail early, without loading weights, when the configured model cannot be found."""

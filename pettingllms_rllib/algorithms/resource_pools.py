@@ -17,8 +17,8 @@ modules (``rl_module_spec``) and its pool's learner resources and optimiser sett
   (one request per runner carrying every pool's trained modules) and ``Algorithm.get_state``
   work unchanged;
 * a checkpoint holds one ordinary ``LearnerGroup`` checkpoint per pool under
-  ``learner_group/pools/<pool>/`` (``evaluation.evaluate.checkpoint_policies`` reads both
-  layouts).
+  ``learner_group/pools/<pool>/`` (:mod:`pettingllms_rllib.checkpoints` owns both layouts;
+  ``evaluation.evaluate.checkpoint_policies`` reads both).
 
 Without ``.resource_pools(...)`` nothing here is used: one RLlib ``LearnerGroup`` holds every
 module, as before.
@@ -42,12 +42,9 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-logger = logging.getLogger(__name__)
+from pettingllms_rllib.checkpoints import POOLED_STATE_FILE, POOLS_DIR
 
-#: The sub-folder of ``learner_group/`` holding one LearnerGroup checkpoint per pool.
-POOLS_DIR = "pools"
-#: The pooled group's own state (its weights version) inside ``learner_group/``.
-POOLED_STATE_FILE = "pooled_state.pkl"
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,18 +27,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import pickle
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
+from pettingllms_rllib import checkpoints
+# The checkpoint readers under their names from before pettingllms_rllib.checkpoints owned the
+# layout, for callers that still import them from here.
+from pettingllms_rllib.checkpoints import module_dirs as checkpoint_module_dirs  # noqa: F401
+from pettingllms_rllib.checkpoints import read_config as read_checkpoint_config  # noqa: F401
+from pettingllms_rllib.checkpoints import resolve as resolve_checkpoint  # noqa: F401
+from pettingllms_rllib.checkpoints import training_budget as training_budget_of  # noqa: F401
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
 from pettingllms_rllib.envs.registry import make_text_env
-from pettingllms_rllib.metric_keys import ENV_RUNNERS, NUM_GENERATED_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -192,56 +197,6 @@ def base_policies(model: str | Mapping[str, Any], agents, *,
                     model=spec.name_or_path)
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """``path`` itself when it is an algorithm checkpoint; for a trial folder its newest
-    ``checkpoint_*`` (Tune numbers them by save, the highest is the latest); for an
-    experiment folder with one trial, that trial's newest. Raises ``FileNotFoundError``
-    naming what was found."""
-    path = Path(path)
-    if (path / "class_and_ctor_args.pkl").is_file():
-        return path
-    trials = [path] if list(path.glob("checkpoint_*")) else sorted(
-        p for p in path.iterdir() if p.is_dir() and list(p.glob("checkpoint_*"))) \
-        if path.is_dir() else []
-    if len(trials) > 1:
-        raise FileNotFoundError(f"{path} holds {len(trials)} trials; pass one of them: "
-                                + ", ".join(t.name for t in trials))
-    if not trials:
-        raise FileNotFoundError(f"no checkpoint under {path}: pass a checkpoint_* folder, a "
-                                f"trial folder or an experiment folder with one trial")
-    checkpoints = sorted(trials[0].glob("checkpoint_*"), key=lambda p: p.name)
-    return checkpoints[-1]
-
-
-def read_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
-    """The AT-GRPO config dict stored in an algorithm checkpoint (no Ray cluster needed)."""
-    path = Path(checkpoint) / "class_and_ctor_args.pkl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{checkpoint} is not an AT-GRPO algorithm checkpoint "
-                                f"({path.name} is missing); pass a checkpoint_* folder")
-    with open(path, "rb") as handle:
-        stored = pickle.load(handle)
-    (config,) = stored["ctor_args_and_kwargs"][0]
-    return config
-
-
-def checkpoint_module_dirs(checkpoint: str | Path) -> list[Path]:
-    """The MultiRLModule folders of an algorithm checkpoint: one, or with resource pools one
-    per pool (``learner_group/pools/<pool>/learner/rl_module``)."""
-    from pettingllms_rllib.algorithms.resource_pools import POOLS_DIR
-
-    group = Path(checkpoint) / "learner_group"
-    pooled = sorted((group / POOLS_DIR).glob("*/learner/rl_module"))
-    if pooled:
-        return pooled
-    single = group / "learner" / "rl_module"
-    if not single.is_dir():
-        raise FileNotFoundError(f"{checkpoint} holds no trained modules (neither "
-                                f"learner_group/learner/rl_module nor learner_group/{POOLS_DIR}/"
-                                "<pool>/learner/rl_module)")
-    return [single]
-
-
 def checkpoint_policies(checkpoint: str | Path, config: dict | None = None) -> Policies:
     """The trained modules of a checkpoint, with the mapping they were trained with
     (``config``: the checkpoint's config when the caller has read it already)."""
@@ -251,11 +206,11 @@ def checkpoint_policies(checkpoint: str | Path, config: dict | None = None) -> P
 
     checkpoint = Path(checkpoint).resolve()  # RLlib reads relative paths as URIs
     if config is None:
-        config = read_checkpoint_config(checkpoint)
+        config = checkpoints.read_config(checkpoint)
     env = make_text_env(config["env"], config["env_config"])
     mapping = {agent: config["policy_mapping_fn"](agent, None) for agent in env.possible_agents}
     modules = {}
-    for module_dir in checkpoint_module_dirs(checkpoint):
+    for module_dir in checkpoints.module_dirs(checkpoint):
         multi_module = MultiRLModule.from_checkpoint(str(module_dir))
         for module_id in sorted(multi_module.keys()):
             modules[module_id] = _ActivatedModel(multi_module[module_id])
@@ -434,24 +389,3 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         writer.writerows(rows)
     write_transcript(out_dir / "transcripts.jsonl", transcript)
     return record
-
-
-def training_budget_of(checkpoint: str | Path) -> dict[str, Any] | None:
-    """Iterations and generated tokens up to a checkpoint: its iteration from the checkpoint,
-    the tokens summed over its trial's ``result.json`` rows up to that iteration (None when
-    the checkpoint is not inside a Tune trial folder)."""
-    import json
-
-    checkpoint = Path(checkpoint).resolve()
-    results = checkpoint.parent / "result.json"
-    state = checkpoint / "algorithm_state.pkl"
-    if not results.is_file() or not state.is_file():
-        return None
-    with open(state, "rb") as handle:
-        iteration = int(pickle.load(handle)["training_iteration"])
-    tokens = 0
-    for line in results.read_text().splitlines():
-        row = json.loads(line)
-        if row.get("training_iteration", 0) <= iteration:
-            tokens += int(row.get(ENV_RUNNERS, {}).get(NUM_GENERATED_TOKENS, 0) or 0)
-    return {"iterations": iteration, "generated_tokens": tokens}

@@ -115,11 +115,9 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
             or ``vllm`` (vLLM loads the same weights: one adapter per LoRA module, or one
             engine per full model; give each replica a GPU).
     """
+    from pettingllms_rllib import checkpoints
     from pettingllms_rllib.envs.registry import make_text_env
     from pettingllms_rllib.experiment import import_env_modules
-    from pettingllms_rllib.evaluation.evaluate import (checkpoint_module_dirs,
-                                                       read_checkpoint_config,
-                                                       resolve_checkpoint)
 
     from pettingllms_rllib.serving.engines import SERVING_ENGINES
 
@@ -133,9 +131,9 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
         raise ValueError(f"num_replicas and max_batch_size must be >= 1 and "
                          f"batch_wait_timeout_s >= 0; got {num_replicas}, {max_batch_size}, "
                          f"{batch_wait_timeout_s}")
-    resolved = resolve_checkpoint(checkpoint).resolve()
-    config = read_checkpoint_config(resolved)
-    checkpoint_module_dirs(resolved)
+    resolved = checkpoints.resolve(checkpoint).resolve()
+    config = checkpoints.read_config(resolved)
+    checkpoints.module_dirs(resolved)
     import_env_modules(list(imports), source="serve")
     try:  # the trained task must be known here: replicas look it up by id
         make_text_env(config["env"], config["env_config"])

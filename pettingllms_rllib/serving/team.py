@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
+from pettingllms_rllib import checkpoints
 from pettingllms_rllib.core.tree_sampler import TreeSampler
 from pettingllms_rllib.engines.base import (SamplingConfig, encode_chat, encode_chat_prompt,
                                             encode_requests, with_answer_prefixes)
@@ -82,8 +83,8 @@ class TeamService:
         """Load every module of a checkpoint (or the newest one of a trial or one-trial
         experiment folder) with the mapping it was trained with; ``engine`` names what
         generates (:data:`~pettingllms_rllib.serving.engines.SERVING_ENGINES`)."""
-        checkpoint = ev.resolve_checkpoint(checkpoint)
-        config = ev.read_checkpoint_config(checkpoint)
+        checkpoint = checkpoints.resolve(checkpoint)
+        config = checkpoints.read_config(checkpoint)
         policies = ev.checkpoint_policies(checkpoint, config)
         causal_lm = ev.causal_lm_of(next(iter(policies.modules.values())))
         team = ServedTeam(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pettingllms_rllib.checkpoints import is_algorithm_checkpoint
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -31,7 +33,7 @@ def test_the_python_api_example_trains_saves_and_prints_a_success_rate(tmp_path)
                          timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert re.search(r"^\d\.\d+$|^0$|^1$|^0\.0$", run.stdout.strip().splitlines()[-1])
-    assert (tmp_path / "ckpt" / "class_and_ctor_args.pkl").is_file()
+    assert is_algorithm_checkpoint(tmp_path / "ckpt")
 
 
 def test_the_conformance_snippet_checks_an_env():

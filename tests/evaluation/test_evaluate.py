@@ -242,23 +242,6 @@ def test_a_module_can_come_from_another_run_of_the_same_base_model():
         with_module_from(mine, "planner", Policies(**{**donor.__dict__, "model": "other"}))
 
 
-def test_a_run_or_trial_folder_resolves_to_its_newest_checkpoint(tmp_path):
-    from pettingllms_rllib.evaluation.evaluate import resolve_checkpoint
-
-    trial = tmp_path / "exp" / "ATGRPO_trial_0"
-    for name in ("checkpoint_000003", "checkpoint_000010"):
-        (trial / name).mkdir(parents=True)
-        (trial / name / "class_and_ctor_args.pkl").write_bytes(b"")
-    assert resolve_checkpoint(trial) == trial / "checkpoint_000010"
-    assert resolve_checkpoint(tmp_path / "exp") == trial / "checkpoint_000010"
-    assert resolve_checkpoint(trial / "checkpoint_000003") == trial / "checkpoint_000003"
-    (tmp_path / "exp" / "ATGRPO_trial_1" / "checkpoint_000001").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match="holds 2 trials"):
-        resolve_checkpoint(tmp_path / "exp")
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        resolve_checkpoint(tmp_path / "empty")
-
-
 def test_the_progress_bar_counts_every_generated_response(policies, monkeypatch):
     import tqdm
 

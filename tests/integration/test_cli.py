@@ -89,7 +89,7 @@ def test_the_latest_and_best_checkpoints_and_every_held_out_transcript_are_kept(
 
     from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_TRANSCRIPTS_DIR
     from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
-    from pettingllms_rllib.evaluation.evaluate import read_checkpoint_config, resolve_checkpoint
+    from pettingllms_rllib import checkpoints
 
     config = tmp_path / "keep.yaml"
     config.write_text(textwrap.dedent(FIVE_EVALUATED))
@@ -108,8 +108,8 @@ def test_the_latest_and_best_checkpoints_and_every_held_out_transcript_are_kept(
     record = json.loads((trial / "best_checkpoint" / "held_out.json").read_text())
     assert record == {"held_out_success_rate": held_out[best], "training_iteration": best,
                       "copied_from": f"checkpoint_{best - 1:06d}"}
-    assert read_checkpoint_config(trial / "best_checkpoint")["env"] == "plan_path_v1"
-    assert resolve_checkpoint(trial).name == "checkpoint_000004"  # eval RUN_DIR: the newest
+    assert checkpoints.read_config(trial / "best_checkpoint")["env"] == "plan_path_v1"
+    assert checkpoints.resolve(trial).name == "checkpoint_000004"  # eval RUN_DIR: the newest
     assert (f"best held-out checkpoint {trial / 'best_checkpoint'} "
             f"(success {held_out[best]:.3f} at iteration {best}; picked on those") in caplog.text
     # Each evaluation's transcript (the untrained team's too) is in the trial folder: every

@@ -7,16 +7,19 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
+from pettingllms_rllib.checkpoints import (CTOR_ARGS_FILE, LEARNER_DIR,  # noqa: E402
+                                           LEARNER_GROUP_DIR, METADATA_FILE, RL_MODULE_DIR)
 from pettingllms_rllib.cli import main  # noqa: E402
 from pettingllms_rllib.serving.app import app_builder, build_app  # noqa: E402
 
 
 def fake_checkpoint(folder, env="nowhere_v0"):
-    """The two things ``build_app`` reads of a checkpoint before Serve starts."""
+    """What ``build_app`` reads of a checkpoint before Serve starts."""
     folder.mkdir(parents=True)
-    (folder / "learner_group" / "learner" / "rl_module").mkdir(parents=True)
+    (folder / LEARNER_GROUP_DIR / LEARNER_DIR / RL_MODULE_DIR).mkdir(parents=True)
     stored = {"ctor_args_and_kwargs": (({"env": env, "env_config": {}},), {})}
-    (folder / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(stored))
+    (folder / CTOR_ARGS_FILE).write_bytes(pickle.dumps(stored))
+    (folder / METADATA_FILE).write_text("{}")
     return folder
 
 
