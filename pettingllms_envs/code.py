@@ -20,9 +20,9 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from pettingllms_envs.code_data import (
-    BUILTIN_DATASETS, DATASET_FORMATS, CodeProblem, ProblemSet, TestCase, convert_record_row,
-    load_problem_set)
+    BUILTIN_DATASETS, DATASET_FORMATS, ProblemSet, convert_record_row, load_problem_set)
 from pettingllms_envs.code_judge import BatchRunner, TestOutcome, run_tests, stdio_input
+from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.common import (
     check_code_runner, check_float, check_int, check_prompt_style, check_sandbox_limits,
     clip_text, extract_python_code, quote_block, quote_inline, split_python_blocks)

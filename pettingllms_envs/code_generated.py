@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from pettingllms_envs.code_data import CodeProblem, TestCase
+from pettingllms_envs.code_problem import CodeProblem, TestCase
 
 Template = Callable[[np.random.Generator], tuple[str, str, list[str], Callable[[str], str]]]
 

@@ -57,7 +57,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pettingllms_envs.code_data import CodeProblem, TestCase
+from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.code_values import decode as decode_value
 from pettingllms_envs.common import clip_text
 from pettingllms_envs.sandbox import (PairResult, SandboxLimits, SandboxResult,

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.code import CodeEnv, parse_tester_answer
-from pettingllms_envs.code_data import (
-    CodeProblem, TestCase, load_dataset_problems, load_humaneval, problem_split)
+from pettingllms_envs.code_data import load_dataset_problems, load_humaneval, problem_split
+from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.data import DatasetUnavailableError
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult

@@ -14,9 +14,7 @@ import pytest
 
 from pettingllms_envs.code_data import (
     GENERATED_COUNT,
-    CodeProblem,
     ProblemSet,
-    TestCase,
     decode_compressed_tests,
     load_dataset_problems,
     load_humaneval,
@@ -27,6 +25,7 @@ from pettingllms_envs.code_data import (
     write_records,
 )
 from pettingllms_envs.code_generated import generate_problems
+from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.data import DatasetUnavailableError
 
 

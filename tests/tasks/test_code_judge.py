@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pettingllms_envs.code_data import CodeProblem, TestCase, load_humaneval
+from pettingllms_envs.code_data import load_humaneval
 from pettingllms_envs.code_judge import (
     RESULT_MARKER,
     TestOutcome,
@@ -18,6 +18,7 @@ from pettingllms_envs.code_judge import (
     solution_program,
     stdio_input,
 )
+from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 
 FAST = SandboxLimits(wall_time_s=3, cpu_time_s=3, memory_mb=256)
