@@ -31,7 +31,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.advantages import AdvantageConfig
-from pettingllms_rllib.engines import MODULE_ENGINES
+from pettingllms_rllib.engines import MODULE_ENGINES, find_engine_kind
 from pettingllms_rllib.engines.base import SamplingConfig
 
 logger = logging.getLogger(__name__)
@@ -556,8 +556,9 @@ class ATGRPOConfig(AlgorithmConfig):
         self._check_resource_pools(policies)
         self._check_staleness()
         self._check_start_checkpoint()
+        engine = find_engine_kind(self.engine)  # None: unknown, refused above
         if self.evaluation_interval:
-            if self.engine != "hf":
+            if engine is None or not engine.runs_evaluation:
                 self._value_error("evaluation_interval (held-out evaluation during training) "
                                   f"runs on engine='hf' only, got engine={self.engine!r}")
             if not isinstance(self.evaluation_duration, int) or self.evaluation_duration < 1:
@@ -568,8 +569,8 @@ class ATGRPOConfig(AlgorithmConfig):
             except TooFewInstancesError as exc:
                 self._value_error(f"evaluation_duration={self.evaluation_duration}: {exc}")
         self._check_model_available()
-        if self.engine == "vllm":
-            self._check_vllm_settings()
+        if engine is not None:
+            self._check_engine_settings(engine)
         self._check_gpu_memory()
 
     # ------------------------------------------------------------------ Ray resources
@@ -775,7 +776,8 @@ class ATGRPOConfig(AlgorithmConfig):
         if runner_gpus > 0:
             # Full fine-tuning serves one model per module (one vLLM engine each), LoRA one base.
             num_served_models = 1 if self.lora is not None else num_modules
-            share = float(self.vllm_gpu_memory_utilization) if self.engine == "vllm" else 1.0
+            engine = find_engine_kind(self.engine)
+            share = 1.0 if engine is None else engine.runner_gpu_share(self)
             memory.check_fits(self.engine_memory_estimate(shape, num_modules),
                               int(gpu_bytes * min(1.0, runner_gpus) * share / num_served_models),
                               what=f"each {self.engine} engine of an env runner", hint=hint)
@@ -797,29 +799,19 @@ class ATGRPOConfig(AlgorithmConfig):
                                   device="host", hint="use LoRA (.llm(lora={...})), "
                                                       "gradient_checkpointing or a smaller model")
 
-    def _check_vllm_settings(self) -> None:
-        """engine='vllm': the package is there, and its settings are in range."""
-        from pettingllms_rllib.engines.vllm_engine import (VLLM_INSTALL_HINT,
-                                                            VLLMNotAvailableError,
-                                                            vllm_installed)
-
-        if not vllm_installed():
-            raise VLLMNotAvailableError(f"engine='vllm' needs vLLM, which is not installed: "
-                                        f"{VLLM_INSTALL_HINT}")
-        if not 0 < float(self.vllm_gpu_memory_utilization) <= 1:
-            self._value_error(f"vllm_gpu_memory_utilization must be in (0, 1], "
-                              f"got {self.vllm_gpu_memory_utilization}")
-        if self.vllm_engine_kwargs is not None and not isinstance(self.vllm_engine_kwargs, dict):
-            self._value_error("vllm_engine_kwargs must be a dict of vllm.LLM keyword arguments")
-        if self.vllm_weight_sync_dir is not None and not isinstance(self.vllm_weight_sync_dir,
-                                                                    str):
-            self._value_error("vllm_weight_sync_dir must be a directory path or None")
+    def _check_engine_settings(self, engine) -> None:
+        """The engine's package is there (e.g. vLLM's; its own error with the install hint
+        otherwise), and its settings are in range."""
+        engine.check_installed()
+        for problem in engine.config_problems(self):
+            self._value_error(problem)
 
     @property
     def syncs_full_weights_through_disk(self) -> bool:
-        """Whether updates reach vLLM runners as files in ``vllm_weight_sync_dir``."""
-        return (self.engine == "vllm" and self.lora is None
-                and self.vllm_weight_sync_dir is not None)
+        """Whether full-model updates reach the env runners' engine as files (vLLM's, in
+        ``vllm_weight_sync_dir``)."""
+        engine = find_engine_kind(self.engine)
+        return engine is not None and engine.syncs_full_weights_through_files(self)
 
     def _check_start_checkpoint(self) -> None:
         """``start_from_checkpoint`` must be an RLlib checkpoint folder (a typo in the path

@@ -30,6 +30,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
+from pettingllms_rllib.engines import find_engine_kind
 from pettingllms_rllib.models.precision import MODEL_DTYPES
 
 __all__ = ["Bound", "Field", "FIELDS", "LORA_FIELDS", "MAX_BRANCHES", "MAX_SANDBOX_SECONDS",
@@ -83,8 +84,9 @@ def _context_length(config) -> int | None:
 
 def _response_length(config) -> int | None:
     context = _context_length(config)
-    engine_length = getattr(config, "vllm_max_model_len", None)
-    if getattr(config, "engine", None) == "vllm" and isinstance(engine_length, int):
+    engine = find_engine_kind(getattr(config, "engine", None))
+    engine_length = None if engine is None else engine.max_model_len(config)
+    if engine_length is not None:
         return engine_length if context is None else min(context, engine_length)
     return context
 

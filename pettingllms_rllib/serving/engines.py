@@ -12,12 +12,13 @@ import itertools
 import logging
 from typing import Any, Callable, Protocol, Sequence
 
+from pettingllms_rllib.engines import ENGINE_KINDS, engine_kind
 from pettingllms_rllib.engines.base import Completion, SamplingConfig
 
 logger = logging.getLogger(__name__)
 
-#: ``serve --engine`` names.
-SERVING_ENGINES = ("hf", "vllm")
+#: ``serve --engine`` names: the engines whose kind names a class of this module.
+SERVING_ENGINES = tuple(name for name, kind in ENGINE_KINDS.items() if kind.serving_engine)
 
 
 #: ``generate(module_id, prompt_ids, num_samples)``: ``len(prompt_ids)`` lists of
@@ -39,7 +40,7 @@ class HFServingEngine:
     """The checkpoint's modules generate themselves (``HFEngine``: CPU, or the replica's GPU);
     this is what ``eval`` generates with, so served greedy episodes are the evaluated ones."""
 
-    def __init__(self, policies):
+    def __init__(self, policies, config: Any = None):
         self.policies = policies
 
     def session(self, sampling: SamplingConfig) -> GenerateIds:
@@ -92,9 +93,8 @@ class VLLMServingEngine:
 
 
 def start_serving_engine(name: str, policies, config: Any) -> ServingEngine:
-    """The engine called ``name`` (one of :data:`SERVING_ENGINES`) over ``policies``."""
-    if name == "hf":
-        return HFServingEngine(policies)
-    if name == "vllm":
-        return VLLMServingEngine(policies, config)
-    raise ValueError(f"unknown serving engine {name!r}; known: {list(SERVING_ENGINES)}")
+    """The engine called ``name`` (one of :data:`SERVING_ENGINES`) over ``policies``: the class
+    its kind names (``engines/__init__.py``), given the run's config where it needs one."""
+    if name not in SERVING_ENGINES:
+        raise ValueError(f"unknown serving engine {name!r}; known: {list(SERVING_ENGINES)}")
+    return globals()[engine_kind(name).serving_engine](policies, config)

@@ -30,6 +30,7 @@ import torch
 
 from pettingllms_rllib import checkpoints
 from pettingllms_rllib.core.tree_sampler import TreeSampler
+from pettingllms_rllib.engines import find_engine_kind
 from pettingllms_rllib.engines.base import (SamplingConfig, encode_chat, encode_chat_prompt,
                                             encode_requests, with_answer_prefixes)
 from pettingllms_rllib.envs.base import task_name
@@ -94,7 +95,8 @@ class TeamService:
             max_new_tokens=int(config["max_new_tokens"]),
             max_positions=int(causal_lm.config.max_position_embeddings))
         run_config = None
-        if engine == "vllm":  # vLLM starts from the run's model, LoRA and vLLM settings
+        kind = find_engine_kind(engine)  # an unknown one: start_serving_engine names it
+        if kind is not None and kind.serving_needs_run_config:  # vLLM: model, LoRA, settings
             from pettingllms_rllib.algorithms import ATGRPOConfig
 
             run_config = ATGRPOConfig().update_from_dict(config)
