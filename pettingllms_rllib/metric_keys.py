@@ -132,7 +132,8 @@ DUAL_CLIP_FRACTION = "dual_clip_fraction"
 #: behaviour (sampling) policy over response tokens: drift from the sampler.
 POLICY_BEHAVIOUR_RATIO = "policy_behaviour_ratio"
 #: ``learners/<module>/importance_weight_mean``: token mean of the truncated importance weight
-#: ``min(pi_learner_before_update / pi_behaviour, C)`` (exactly 1 for on-policy responses).
+#: ``min(pi_learner_before_update / pi_behaviour, C)`` (exactly 1 where the engine's
+#: log-probs stand as the learner's: fp32 HF generation, on-policy; near 1 in bf16).
 IMPORTANCE_WEIGHT_MEAN = "importance_weight_mean"
 #: ``learners/<module>/importance_truncated_fraction``: share of response tokens whose weight
 #: was cut at ``importance_sampling_cap``.
