@@ -19,19 +19,21 @@ so sampling iteration n+1 overlaps training on iteration n; the new weights reac
 before its next sample (Ray runs an actor's calls in order). Responses then lag the learner by
 one version: the check of step 2 allows ``max_staleness`` versions, and the loss corrects them
 with truncated importance weights (``core/loss.py``).
+
+The held-out evaluation lives in ``held_out.py``, the recovery of lost env runners in
+``runner_recovery.py``; this class calls them.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
-from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
@@ -52,16 +54,17 @@ from ray.rllib.utils.metrics import (
 )
 
 from pettingllms_rllib.algorithms.config import ATGRPOConfig
+from pettingllms_rllib.algorithms.held_out import HeldOutEvaluation
 from pettingllms_rllib.algorithms.pool_schedule import PoolSchedule, WeightsLagError
 from pettingllms_rllib.algorithms.resource_pools import PooledLearnerGroup
+from pettingllms_rllib.algorithms.runner_recovery import (RunnerRecovery, sampling_failures,
+                                                          weight_sync_failures)
 from pettingllms_rllib.core.advantages import group_advantages, mean_group_reward_std
 from pettingllms_rllib.core.batching import batches_per_module, records_to_train
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.timing import (TIME_PARTS, Stopwatch, rollout_seconds_waited,
                                            time_shares)
-from pettingllms_rllib.core.tree_sampler import EpisodeSummary, RolloutError
-from pettingllms_rllib.envs.base import EnvContractError
-from pettingllms_rllib.envs.registry import EnvImportError
+from pettingllms_rllib.core.tree_sampler import EpisodeSummary
 # This library's result keys, defined in metric_keys. AT_GRPO_RESULTS, ITERATION_SECONDS,
 # TIME_SECONDS, TIME_SHARE, RUNNERS_LOST, TASKS_DROPPED and HELD_OUT_SUCCESS are also
 # importable from here.
@@ -76,13 +79,7 @@ from pettingllms_rllib.metric_keys import (
     AGENT_TRUNCATED_FRACTION,
     AT_GRPO_RESULTS,
     EPISODE_TURNS_MEAN,
-    EVALUATION_AGENT_PARSE_ERROR_RATE,
-    EVALUATION_AGENT_RETURN_MEAN,
-    EVALUATION_SUCCESS_CI95_HIGH,
-    EVALUATION_SUCCESS_CI95_LOW,
     EVALUATION_SUCCESS_RATE,
-    EVALUATION_TURNS_MEAN,
-    EVALUATION_UNTRAINED_SUCCESS_RATE,
     HELD_OUT_SUCCESS,
     ITERATION_SECONDS,
     NUM_GENERATED_TOKENS,
@@ -105,60 +102,6 @@ from pettingllms_rllib.metric_keys import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: Folder under the algorithm's logdir (under Tune: the trial folder) that holds one JSONL
-#: transcript per held-out evaluation, ``iteration_<n>.jsonl`` after n updates.
-HELD_OUT_TRANSCRIPTS_DIR = "evaluation_transcripts"
-
-
-class EnvRunnerLostError(RuntimeError):
-    """Env runners failed while sampling and could not be restarted (or restarts are off)."""
-
-
-def _restarts_off(doing: str, exc: BaseException) -> str:
-    return (f"an env runner failed while {doing} and restart_failed_env_runners is off (turn "
-            f"it on with .fault_tolerance(restart_failed_env_runners=True)): "
-            f"{type(exc).__name__}: {str(exc)[:300]}")
-
-
-#: Failures of the env itself that a runner raises: the run stops with them as they are, not
-#: as a lost runner (restarting one would meet the same env).
-_ENV_FAILURES = (RolloutError, EnvContractError, EnvImportError)
-
-
-def _raise_env_failure(exc: BaseException) -> None:
-    """Re-raise the env failure a runner's ``RayTaskError`` carries, if it carries one."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, _ENV_FAILURES):
-        raise cause from exc
-
-
-def _lost_runners(outputs: Sequence[dict[str, Any]], num_remote: int) -> list[int]:
-    """Indices (1-based, as RLlib numbers remote runners) of runners with no output."""
-    return sorted(set(range(1, num_remote + 1)) - {int(o["worker_index"]) for o in outputs})
-
-
-def evaluation_result(summary: dict[str, Any]) -> dict[str, Any]:
-    """The ``evaluation/`` result keys (metric_keys) <- ``evaluation.metrics.summarize``'s
-    summary of the held-out episodes."""
-    return {EVALUATION_SUCCESS_RATE: summary["success_rate"],
-            EVALUATION_SUCCESS_CI95_LOW: summary["success_ci95"][0],
-            EVALUATION_SUCCESS_CI95_HIGH: summary["success_ci95"][1],
-            EVALUATION_TURNS_MEAN: summary["turns_mean"],
-            NUM_EPISODES: summary["num_episodes"],
-            AGENT: {agent: {EVALUATION_AGENT_PARSE_ERROR_RATE: stats["parse_error_rate"],
-                            EVALUATION_AGENT_RETURN_MEAN: stats["return_mean"]}
-                    for agent, stats in summary["agents"].items()}}
-
-
-def nan_evaluation_result(agents: Sequence[str]) -> dict[str, Any]:
-    """An ``evaluation_result`` of NaNs for ``agents``: the columns an iteration without an
-    evaluation carries (Tune's progress.csv keeps only the first row's columns)."""
-    nan = float("nan")
-    return {EVALUATION_SUCCESS_RATE: nan, EVALUATION_SUCCESS_CI95_LOW: nan,
-            EVALUATION_SUCCESS_CI95_HIGH: nan, EVALUATION_TURNS_MEAN: nan, NUM_EPISODES: nan,
-            AGENT: {agent: {EVALUATION_AGENT_PARSE_ERROR_RATE: nan,
-                            EVALUATION_AGENT_RETURN_MEAN: nan} for agent in agents}}
 
 
 def split_tasks(total: int, num_runners: int) -> list[int]:
@@ -247,96 +190,81 @@ class ATGRPO(Algorithm):
         if config.start_from_checkpoint is not None:
             logger.info("starting from the checkpoint %s", config.start_from_checkpoint)
             self.restore_from_path(config.start_from_checkpoint)
-        #: The held-out evaluation of the untrained team (before any update), when
-        #: ``evaluation_interval`` is set: the baseline of every later evaluation. Not
-        #: measured when starting from a checkpoint (the checkpoint's own run measured it).
-        self._untrained_evaluation: dict[str, Any] | None = None
-        self._evaluation_seeds: list[int] | None = None
-        if self.config.evaluation_interval and config.start_from_checkpoint is None:
-            logger.info("held-out evaluation of the untrained team: %d tasks, greedy",
-                        int(self.config.evaluation_duration))
-            self._untrained_evaluation = self._held_out_evaluation(after_iteration=0)
-            logger.info("held-out success of the untrained team: %.3f",
-                        self._untrained_evaluation[EVALUATION_SUCCESS_RATE])
-        #: The evaluation columns of an iteration that does not evaluate (all NaN).
-        self._nan_evaluation = nan_evaluation_result(self._env_agents()) \
-            if self.config.evaluation_interval else {}
+        #: The held-out instances, the untrained team's baseline and the transcripts.
+        self._held_out = HeldOutEvaluation(self.config)
+        self._held_out.start(self._evaluation_group(), self.logdir,
+                             measure_untrained=config.start_from_checkpoint is None)
 
     @override(Algorithm)
     def training_step(self) -> None:
+        """One iteration (the module docstring's steps): sample, check the runners' weights,
+        advantages, update, publish the new weights, log the time shares. With
+        ``async_rollout`` and resource pools, each pool on its own schedule instead."""
         if self._pool_schedule is not None:
             self._pooled_async_training_step()
             return
-        cfg: ATGRPOConfig = self.config
         clock = Stopwatch()
-        with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
-                                                    reduce="mean", window=1):
+        with self._timed(clock, "sample", ENV_RUNNER_SAMPLING_TIMER):
             outputs = self._sample_overlapped() if self.overlaps_sampling else self._sample()
         self._check_weights_versions(outputs)
         with clock("advantages"):
             batch = self._training_batch(outputs)
         if batch is not None:
-            with clock("learner"), self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER),
-                                                         reduce="mean", window=1):
-                learner_results = self.learner_group.update(
-                    batch=batch,
-                    timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-                    num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
-                    shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
-            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-            if self.pooled_learner_group is not None:
-                for pool, seconds in self.pooled_learner_group.last_update_seconds.items():
-                    self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
-                                           window=1)
-            with clock("weight_sync"), self.metrics.log_time(
-                    (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
-                try:
-                    self._sync_trained_weights(list(batch.policy_batches))
-                except RayError as exc:  # restarts off: a runner died while receiving them
-                    raise EnvRunnerLostError(_restarts_off("receiving weights", exc)) from exc
+            with self._timed(clock, "learner", LEARNER_UPDATE_TIMER):
+                learner_results = self.learner_group.update(batch=batch, **self._update_options())
+            pooled = self.pooled_learner_group
+            self._log_update(learner_results,
+                             pooled.last_update_seconds if pooled is not None else {})
+            self._sync_trained_weights(clock, list(batch.policy_batches))
         self._log_time_shares(clock, outputs)
 
     def _pooled_async_training_step(self) -> None:
         """``async_rollout`` with resource pools: every pool updates on its own schedule and
         its weights reach the runners as soon as its update is in (``pool_schedule.py``)."""
-        cfg: ATGRPOConfig = self.config
         schedule = self._pool_schedule
         clock = Stopwatch()
-        with clock("sample"), self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER),
-                                                    reduce="mean", window=1):
+        with self._timed(clock, "sample", ENV_RUNNER_SAMPLING_TIMER):
             outputs = self._sample_overlapped(start_next=False)
         self._check_weights_versions(outputs)
-        with clock("learner"), self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER),
-                                                     reduce="mean", window=1):
+        with self._timed(clock, "learner", LEARNER_UPDATE_TIMER):
             finished = schedule.collect()
-        if finished:
-            self.metrics.aggregate([r for results, _ in finished.values() for r in results],
-                                   key=LEARNER_RESULTS)
-        for pool, (_, seconds) in finished.items():
-            self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
-                                   window=1)
+        self._log_update([r for results, _ in finished.values() for r in results],
+                         {pool: seconds for pool, (_, seconds) in finished.items()})
         published = schedule.publish(finished)
         if published is not None:
-            with clock("weight_sync"), self.metrics.log_time(
-                    (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
-                try:
-                    self._sync_trained_weights(published[1])
-                except RayError as exc:  # restarts off: a runner died while receiving them
-                    raise EnvRunnerLostError(_restarts_off("receiving weights", exc)) from exc
+            self._sync_trained_weights(clock, published[1])
         self._start_sample()
         with clock("advantages"):
             _, trained = self._advantaged_records(outputs)
             schedule.queue(trained)
         with clock("learner"):
-            lags = schedule.start_idle(
-                self._module_batches,
-                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-                num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
-                shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
+            lags = schedule.start_idle(self._module_batches, **self._update_options())
         self._log_staleness(lags)
         self._log_time_shares(clock, outputs)
+
+    @contextmanager
+    def _timed(self, clock: Stopwatch, part: str, timer: str) -> Iterator[None]:
+        """Time ``part`` of the iteration twice: on ``clock`` (the time shares) and as
+        RLlib's ``timer`` (this iteration's value, not a running mean)."""
+        with clock(part), self.metrics.log_time((TIMERS, timer), reduce="mean", window=1):
+            yield
+
+    def _update_options(self) -> dict[str, Any]:
+        """The keyword arguments of every learner update, whichever mode starts it."""
+        cfg: ATGRPOConfig = self.config
+        return dict(timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                    num_epochs=cfg.num_epochs, minibatch_size=cfg.minibatch_size,
+                    shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch)
+
+    def _log_update(self, learner_results: list[dict], pool_seconds: Mapping[str, float]
+                    ) -> None:
+        """The learners' results of the updates that finished (none: nothing logged) and, with
+        resource pools, each finished pool's update seconds."""
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        for pool, seconds in pool_seconds.items():
+            self.metrics.log_value((AT_GRPO_RESULTS, POOL_UPDATE_SECONDS, pool), seconds,
+                                   window=1)
 
     def _training_batch(self, outputs: Sequence[dict[str, Any]]) -> MultiAgentBatch | None:
         """Advantages over all records, rollout metrics, and the per-module learner batch
@@ -432,24 +360,27 @@ class ATGRPO(Algorithm):
         group = self.learner_group
         return group if isinstance(group, PooledLearnerGroup) else None
 
-    def _sync_trained_weights(self, trained_modules: list[str]) -> None:
-        """Send the trained modules' new weights to every runner in one request per runner
-        (with resource pools, the pooled group gathers each module's weights from its pool:
-        RLlib's fire-and-forget sync drops a request while the runner's previous one is in
-        flight, so one request per pool could lose a pool's weights). With ``async_rollout``
-        the request waits for the previous one and then queues behind the runner's in-flight
-        sample, so the runner's next sample uses these weights."""
-        pooled = self.pooled_learner_group
-        version = int(pooled.weights_seq_no if pooled is not None else self.metrics.peek(
-            (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
-        if self.config.syncs_full_weights_through_disk:
-            self._sync_weights_through_disk(trained_modules, version)
-        else:
-            wait = {"timeout_seconds": None} if self.overlaps_sampling else {}
-            self.env_runner_group.sync_weights(
-                from_worker_or_learner_group=self.learner_group, policies=trained_modules,
-                inference_only=True, **wait)
-        self._synced_weights_version = version
+    def _sync_trained_weights(self, clock: Stopwatch, trained_modules: list[str]) -> None:
+        """The one path by which trained weights reach the runners, from every mode (timed as
+        ``weight_sync``): the trained modules' new weights go to every runner in one request
+        per runner (with resource pools, the pooled group gathers each module's weights from
+        its pool: RLlib's fire-and-forget sync drops a request while the runner's previous one
+        is in flight, so one request per pool could lose a pool's weights). With
+        ``async_rollout`` the request waits for the previous one and then queues behind the
+        runner's in-flight sample, so the runner's next sample uses these weights."""
+        with self._timed(clock, "weight_sync", SYNCH_WORKER_WEIGHTS_TIMER), \
+                weight_sync_failures():  # restarts off: a runner died while receiving them
+            pooled = self.pooled_learner_group
+            version = int(pooled.weights_seq_no if pooled is not None else self.metrics.peek(
+                (LEARNER_RESULTS, trained_modules[0], WEIGHTS_SEQ_NO)))
+            if self.config.syncs_full_weights_through_disk:
+                self._sync_weights_through_disk(trained_modules, version)
+            else:
+                wait = {"timeout_seconds": None} if self.overlaps_sampling else {}
+                self.env_runner_group.sync_weights(
+                    from_worker_or_learner_group=self.learner_group, policies=trained_modules,
+                    inference_only=True, **wait)
+            self._synced_weights_version = version
 
     def _log_time_shares(self, clock: Stopwatch, outputs: Sequence[dict[str, Any]]) -> None:
         """This iteration's seconds per part (``core/timing.py``), each logged with window 1
@@ -476,64 +407,19 @@ class ATGRPO(Algorithm):
         """Held-out evaluation the RLlib way (``evaluation_interval``, ``evaluation_duration``):
         the same fixed evaluation instances every time, greedy, no branching; with the
         untrained team's numbers beside them (``untrained_*``). RLlib calls it inside ``step``,
-        after the iteration's update and before ``self.iteration`` counts it."""
-        group = self.eval_env_runner_group or self.env_runner_group
+        after the iteration's update and before ``self.iteration`` counts it (``held_out.py``)."""
+        group = self._evaluation_group()
         group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
-        return {**self._held_out_evaluation(after_iteration=self.iteration + 1),
-                **self._untrained_columns()}
+        return {**self._held_out.play(group, self.logdir, after_iteration=self.iteration + 1),
+                **self._held_out.untrained_columns()}
 
     def evaluation_seeds(self) -> list[int]:
-        """The fixed held-out instances: the first ``evaluation_duration`` distinct evaluation
-        instances, the same instances ``pettingllms-rllib eval`` starts with."""
-        if self._evaluation_seeds is None:
-            from pettingllms_rllib.envs.instances import distinct_instance_seeds
-            from pettingllms_rllib.envs.registry import make_text_env
+        """The fixed held-out instances (``HeldOutEvaluation.seeds``)."""
+        return self._held_out.seeds()
 
-            env = make_text_env(self.config.env, self.config.env_config)
-            self._evaluation_seeds = distinct_instance_seeds(
-                env, int(self.config.evaluation_duration))
-        return self._evaluation_seeds
-
-    def _held_out_evaluation(self, after_iteration: int) -> dict[str, Any]:
-        """Play the held-out instances with the weights after ``after_iteration`` updates
-        (0: the untrained team), write their transcript and return the evaluation metrics."""
-        from pettingllms_rllib.evaluation.metrics import summarize
-
-        group = self.eval_env_runner_group or self.env_runner_group
-        seeds = self.evaluation_seeds()
-        if group.num_remote_env_runners() == 0:
-            parts = [group.local_env_runner.evaluate(seeds)]
-        else:
-            shares = np.array_split(np.asarray(seeds), group.num_remote_env_runners())
-            parts = group.foreach_env_runner(
-                lambda runner: runner.evaluate(
-                    [int(s) for s in shares[(runner.worker_index or 1) - 1]]),
-                local_env_runner=False)
-        self._write_held_out_transcript(after_iteration,
-                                        [entry for part in parts for entry in part.transcript])
-        return evaluation_result(summarize([e for part in parts for e in part.episodes],
-                                           samples_per_task=1))
-
-    def _write_held_out_transcript(self, after_iteration: int,
-                                   entries: list[dict[str, Any]]) -> None:
-        """``<logdir>/evaluation_transcripts/iteration_<n>.jsonl``: every held-out response of
-        one evaluation (``eval``'s transcript format). Under Tune the logdir is the trial's
-        working directory, which the CLI syncs into the trial folder (``sync_artifacts``). A
-        failed write (a full disk) is logged and costs only the transcript."""
-        from pettingllms_rllib.evaluation.evaluate import write_transcript
-
-        folder = Path(self.logdir) / HELD_OUT_TRANSCRIPTS_DIR
-        path = folder / f"iteration_{after_iteration:06d}.jsonl"
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            write_transcript(path, entries)
-        except OSError as exc:
-            logger.warning("could not write the held-out transcript %s (%s)", path, exc)
-
-    def _untrained_columns(self) -> dict[str, Any]:
-        base = self._untrained_evaluation or {}
-        return {EVALUATION_UNTRAINED_SUCCESS_RATE: base.get(EVALUATION_SUCCESS_RATE,
-                                                            float("nan"))}
+    def _evaluation_group(self):
+        """The runners that play the held-out instances: the evaluation group, if any."""
+        return self.eval_env_runner_group or self.env_runner_group
 
     @override(Algorithm)
     def _compile_iteration_results(self, *, train_results, eval_results):
@@ -543,19 +429,12 @@ class ATGRPO(Algorithm):
             return super()._compile_iteration_results(train_results=train_results,
                                                       eval_results=eval_results)
         if not eval_results:
-            eval_results = {EVALUATION_RESULTS: {**self._nan_evaluation,
-                                                 **self._untrained_columns()}}
+            eval_results = {EVALUATION_RESULTS: self._held_out.columns_without_evaluation()}
         results = super()._compile_iteration_results(train_results=train_results,
                                                      eval_results=eval_results)
         results[HELD_OUT_SUCCESS] = (eval_results or {}).get(
             EVALUATION_RESULTS, {}).get(EVALUATION_SUCCESS_RATE, float("nan"))
         return results
-
-    def _env_agents(self) -> list[str]:
-        """The task's agents (the per-agent evaluation columns), from a fresh env."""
-        from pettingllms_rllib.envs.registry import make_text_env
-
-        return list(make_text_env(self.config.env, self.config.env_config).possible_agents)
 
     # ------------------------------------------------------------------ helpers
     def _sync_weights_through_disk(self, module_ids: list[str], version: int) -> None:
@@ -594,28 +473,18 @@ class ATGRPO(Algorithm):
             return [group.local_env_runner.sample(
                 num_tasks=int(self.config.num_tasks_per_iteration))]
         sample = share_sampler(int(self.config.num_tasks_per_iteration), remote)
-
-        try:
+        with sampling_failures():
             outputs = list(group.foreach_env_runner(sample, local_env_runner=False))
-        except RayError as exc:  # restarts off: RLlib re-raises the runner's death
-            _raise_env_failure(exc)
-            raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
         return self._complete_sample(outputs, remote, sample)
 
     def _complete_sample(self, outputs: list[dict[str, Any]], remote: int,
                          sample) -> list[dict[str, Any]]:
-        """The outputs of every runner: the shares of runners that died mid-sample and of
-        runners Ray restarted are sampled again (``sample`` is the per-runner function)."""
-        lost = _lost_runners(outputs, remote)
-        if lost:
-            outputs += self._resample_lost(lost, sample)
-        outputs = self._resample_restarted(outputs, sample)
-        if not outputs:
-            raise EnvRunnerLostError(f"every env runner ({list(range(1, remote + 1))}) failed "
-                                     "while sampling; their logs hold the error")
+        """The outputs of every runner, the lost and restarted runners' shares sampled again
+        (``runner_recovery.py``; ``sample`` is the per-runner function)."""
+        outputs, lost = self._recovery().complete(outputs, remote, sample,
+                                                  self._oldest_allowed_version())
         # Every iteration, 0 included: a fixed set of result keys (see trial_results).
-        self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST),
-                               len(_lost_runners(outputs, remote)), window=1)
+        self.metrics.log_value((ENV_RUNNER_RESULTS, RUNNERS_LOST), lost, window=1)
         return outputs
 
     @property
@@ -634,12 +503,9 @@ class ATGRPO(Algorithm):
         group = self.env_runner_group
         if not self._sample_in_flight:
             self._start_sample()
-        try:
+        with sampling_failures():
             outputs = [output for _, output in group.fetch_ready_async_reqs(
                 tags=self._SAMPLE_TAG, timeout_seconds=None)]
-        except RayError as exc:  # restarts off: RLlib re-raises the runner's death
-            _raise_env_failure(exc)
-            raise EnvRunnerLostError(_restarts_off("sampling", exc)) from exc
         self._sample_in_flight = False
         remote = group.num_remote_env_runners()
         # A runner lost mid-sample has its share sampled again, synchronously.
@@ -658,67 +524,13 @@ class ATGRPO(Algorithm):
 
     @override(Algorithm)
     def restore_env_runners(self, env_runner_group) -> list[int]:
-        """Take back runners that Ray restarted, and give them the learner's current weights
-        (with their version) before they sample. RLlib's own version copies the state of the
-        driver's local runner, which holds no module when the runners are remote."""
-        restored = env_runner_group.probe_unhealthy_env_runners() if self.config.is_online \
-            else []
-        if not restored:
-            return []
-        self._counters["total_num_restored_workers"] += len(restored)
-        env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
-                                      to_worker_indices=restored, inference_only=True)
-        logger.info("env runners %s restarted and given the current weights", restored)
-        return restored
+        """Take back runners that Ray restarted, with the learner's current weights
+        (``RunnerRecovery.restore``: RLlib's own copies the driver's empty local runner)."""
+        return self._recovery().restore(env_runner_group)
 
-    def _resample_restarted(self, outputs: list[dict[str, Any]], sample) -> list[dict[str, Any]]:
-        """A runner that Ray restarted between two calls answers with its initial weights
-        (version 0) before RLlib ever saw it fail: its tasks are sampled again once it holds
-        the current weights. Restarts off: the weights check raises as for any lag."""
-        expected = self._oldest_allowed_version()
-        stale = sorted(int(o["worker_index"]) for o in outputs
-                       if expected is not None and o["weights_version"] < expected)
-        if not stale or not self.config.restart_failed_env_runners:
-            return outputs
-        logger.warning("env runners %s answered with initial weights (restarted by Ray); "
-                       "syncing the current weights and sampling their tasks again", stale)
-        group = self.env_runner_group
-        group.sync_weights(from_worker_or_learner_group=self.learner_group,
-                           to_worker_indices=stale, inference_only=True)
-        again = list(group.foreach_env_runner(sample, local_env_runner=False,
-                                              remote_worker_ids=stale))
-        return [o for o in outputs if int(o["worker_index"]) not in stale] + again
-
-    def _resample_lost(self, lost: list[int], sample) -> list[dict[str, Any]]:
-        """The runners in ``lost`` failed mid-sample (a crash, a kill, an OOM). With
-        ``restart_failed_env_runners`` RLlib restarts them; they get the learner's current
-        weights before they sample their share again. Without it, or if they fail again, the
-        error names them (instead of an empty result further down)."""
-        group = self.env_runner_group
-        if not self.config.restart_failed_env_runners:
-            raise EnvRunnerLostError(
-                f"env runners {lost} failed while sampling and restart_failed_env_runners is "
-                f"off (turn it on with .fault_tolerance(restart_failed_env_runners=True)); "
-                f"their logs hold the error")
-        # Ray restarts the actor on its own; RLlib takes it back once it answers a probe. A
-        # restarting runner loads its model first, so keep probing for a while.
-        deadline = time.monotonic() + float(self.config.env_runner_restore_timeout_s)
-        restored: list[int] = []
-        while True:
-            restored += self.restore_env_runners(group)
-            if set(lost) <= set(restored) or time.monotonic() >= deadline:
-                break
-            time.sleep(1.0)
-        again = [index for index in lost if index in restored]
-        logger.warning("env runners %s failed while sampling; restarted %s and sampling their "
-                       "tasks again", lost, again)
-        outputs = list(group.foreach_env_runner(sample, local_env_runner=False,
-                                                remote_worker_ids=again)) if again else []
-        still = sorted(set(lost) - {o["worker_index"] for o in outputs})
-        if still:
-            logger.warning("env runners %s are still down: this iteration trains without "
-                           "their tasks", still)
-        return outputs
+    def _recovery(self) -> RunnerRecovery:
+        return RunnerRecovery(self.env_runner_group, self.learner_group, self.config,
+                              self._counters)
 
     def _oldest_allowed_version(self) -> int | None:
         """The oldest weights a sample may come from: the last synced version, less

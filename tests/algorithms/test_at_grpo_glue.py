@@ -56,7 +56,7 @@ def test_before_the_first_sync_no_version_is_expected():
 def test_a_remote_runners_env_failure_stops_the_run_as_itself_not_as_a_lost_runner():
     from ray.exceptions import RayTaskError
 
-    from pettingllms_rllib.algorithms.at_grpo import _raise_env_failure
+    from pettingllms_rllib.algorithms.runner_recovery import _raise_env_failure
     from pettingllms_rllib.core.tree_sampler import RolloutError
 
     failure = RolloutError("3 of 4 groups failed this iteration")

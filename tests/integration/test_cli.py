@@ -87,7 +87,7 @@ def test_the_latest_and_best_checkpoints_and_every_held_out_transcript_are_kept(
                                                                               caplog):
     import logging
 
-    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_TRANSCRIPTS_DIR
+    from pettingllms_rllib.algorithms.held_out import HELD_OUT_TRANSCRIPTS_DIR
     from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
     from pettingllms_rllib import checkpoints
 

@@ -82,7 +82,7 @@ def test_each_evaluation_writes_every_held_out_response_to_a_transcript_in_the_l
     import json
     from pathlib import Path
 
-    from pettingllms_rllib.algorithms.at_grpo import HELD_OUT_TRANSCRIPTS_DIR
+    from pettingllms_rllib.algorithms.held_out import HELD_OUT_TRANSCRIPTS_DIR
     from pettingllms_rllib.envs.base import task_name
 
     algo = config().env_runners(num_env_runners=2).build_algo()
