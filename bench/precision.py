@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from worker import run_worker  # noqa: E402  (bench/ itself, put on the path above)
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN_JOB = REPO / "tune_configs/math_cpu.yaml"
@@ -180,14 +182,9 @@ def bench_iteration(args) -> dict:
             log(f"iteration: {arm}, repetition {repeat + 1}/{args.repeats}")
             overrides = [f"llm.model_dtype={arm}", "evaluation.evaluation_interval=0",
                          "resources.num_cpus_for_main_process=1", *args.set]
-            out = subprocess.run(
-                [sys.executable, "-c", ITERATION_WORKER, str(MAIN_JOB), str(args.iterations),
-                 *overrides], cwd=REPO, capture_output=True, text=True,
-                env={**os.environ, "OMP_NUM_THREADS": "1"})
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if out.returncode or not line:
-                raise RuntimeError(f"iteration worker ({arm}) failed:\n{out.stderr[-3000:]}")
-            results[arm].append(json.loads(line[-1][len("RESULT "):]))
+            results[arm].append(run_worker(
+                ITERATION_WORKER, [MAIN_JOB, args.iterations, *overrides], cwd=REPO,
+                env={**os.environ, "OMP_NUM_THREADS": "1"}, what=f"iteration worker ({arm})"))
     per_arm = {arm: [row["time_this_iter_s"] for run in runs for row in run]
                for arm, runs in results.items()}
     median = {arm: sorted(v)[len(v) // 2] for arm, v in per_arm.items()}
