@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -50,7 +49,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from worker import run_worker  # noqa: E402  (bench/ itself, put on the path above)
+from worker import emit_result, run_worker  # noqa: E402  (bench/ itself, on the path above)
 #: The commit before the speed work (shared-prefix training, preallocated decode loop).
 DEFAULT_BASELINE = "191644a"
 MAIN_JOB = REPO / "tune_configs" / "plan_path_cpu.yaml"
@@ -350,10 +349,13 @@ rows = []
 for _ in range(int(sys.argv[2])):
     result = algo.train()
     stats = result.get("at_grpo", {})
+    learners = result.get("learners", {})
     rows.append({"time_this_iter_s": result["time_this_iter_s"],
                  "success_rate": result["env_runners"]["success_rate"],
                  "generated_tokens": result["env_runners"]["num_generated_tokens"],
-                 "time_s": stats.get("time_s"), "time_share": stats.get("time_share")})
+                 "time_s": stats.get("time_s"), "time_share": stats.get("time_share"),
+                 "logp_mismatch_mean": {m: v.get("logp_mismatch_mean")
+                                        for m, v in learners.items() if isinstance(v, dict)}})
 algo.stop()
 print("RESULT " + json.dumps(rows, default=float))
 """
@@ -401,10 +403,7 @@ def main() -> None:
     result = {"engine": bench_engine, "learner": bench_learner, "sandbox": bench_sandbox,
               "iteration": bench_iteration}[args.part](args)
     result["threads"] = args.threads
-    text = json.dumps(result, indent=1, default=float)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit_result(result, args.out)
 
 
 if __name__ == "__main__":

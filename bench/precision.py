@@ -22,7 +22,6 @@ library does (``models/precision.py``): printed first. Results: bench/RESULTS.md
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -31,7 +30,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from worker import run_worker  # noqa: E402  (bench/ itself, put on the path above)
+from iteration_speed import ITERATION_WORKER  # noqa: E402  (bench/ itself, on the path above)
+from worker import emit_result, run_worker  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN_JOB = REPO / "tune_configs/math_cpu.yaml"
@@ -152,27 +152,6 @@ def bench_mismatch(args) -> dict:
 
 
 # -------------------------------------------------------------------------------- iteration
-ITERATION_WORKER = r"""
-import json, sys
-import ray
-from pettingllms_rllib.experiment import load_experiment
-experiment = load_experiment(sys.argv[1], sys.argv[3:])
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-algo = experiment.config.build_algo()
-rows = []
-for _ in range(int(sys.argv[2])):
-    result = algo.train()
-    stats = result.get("at_grpo", {})
-    learners = result.get("learners", {})
-    rows.append({"time_this_iter_s": result["time_this_iter_s"],
-                 "success_rate": result["env_runners"]["success_rate"],
-                 "generated_tokens": result["env_runners"]["num_generated_tokens"],
-                 "time_s": stats.get("time_s"), "time_share": stats.get("time_share"),
-                 "logp_mismatch_mean": {m: v.get("logp_mismatch_mean")
-                                        for m, v in learners.items() if isinstance(v, dict)}})
-algo.stop()
-print("RESULT " + json.dumps(rows, default=float))
-"""
 
 
 def bench_iteration(args) -> dict:
@@ -210,10 +189,7 @@ def main() -> None:
     result = {"gemm": bench_gemm, "model": bench_model, "mismatch": bench_mismatch,
               "iteration": bench_iteration}[args.part](args)
     result.update(threads=args.threads, auto=choice.describe())
-    text = json.dumps(result, indent=1, default=float)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -38,3 +38,13 @@ def run_worker(script: str, args: Sequence[str], *, cwd: Path, what: str,
     if out.returncode or not lines:
         raise RuntimeError(f"{what} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(lines[-1][len(RESULT_PREFIX):])
+
+
+def emit_result(result: Any, out: str | None) -> None:
+    """Print a benchmark's JSON result, and write it to ``out`` too when given."""
+    from pathlib import Path
+
+    text = json.dumps(result, indent=1, default=float)
+    print(text)
+    if out:
+        Path(out).write_text(text)
