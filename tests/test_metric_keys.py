@@ -168,18 +168,19 @@ def test_every_key_named_in_the_docs_is_a_constant():
 
 # ------------------------------------------------------ (d) producers use the constants
 #: The modules that log or read result keys, relative to the package.
-USERS = ("algorithms/learner.py", "algorithms/at_grpo.py", "plotting.py", "progress.py",
-         "cli.py", "trial_results.py")
+USERS = ("algorithms/learner.py", "algorithms/at_grpo.py", "algorithms/held_out.py",
+         "algorithms/runner_recovery.py", "plotting.py", "progress.py", "cli.py",
+         "trial_results.py")
 # reporting.py is not checked: it reads eval.json records, whose ``summary`` keys are
 # ``evaluation.metrics.summarize``'s own schema (some of them, e.g. ``success_rate``, are
 # spelled like result keys but are not result keys).
 #: Per module: names of mappings that are not results, whose keys may share a result key's
 #: spelling. A string that indexes one of them (``name[...]``, ``... in name``) is allowed:
-#: at_grpo.py copies ``evaluation.metrics.summarize``'s ``summary`` (and its per-agent
+#: held_out.py copies ``evaluation.metrics.summarize``'s ``summary`` (and its per-agent
 #: ``stats``) into the evaluation results; learner.py reads the ``num_samples`` column of a
 #: packed batch (``core/batching.py``), not the ``env_runners/num_samples`` result key;
 #: cli.py prints an eval record's best ``constant`` answer (``evaluation/constant_answers.py``).
-NOT_RESULTS = {"algorithms/at_grpo.py": {"summary", "stats"},
+NOT_RESULTS = {"algorithms/held_out.py": {"summary", "stats"},
                "algorithms/learner.py": {"module_batch"},
                "cli.py": {"constant"}}
 MIN_LENGTH = 8  # shorter values ("agent", "entropy", "time_s") are common words
