@@ -35,3 +35,17 @@ def test_dropped_groups_show_per_agent_only_when_there_are_some():
     runners["agent"]["tool"]["rollout_errors"] = 0
     assert "rollout errors" not in progress_line({"training_iteration": 2,
                                                   "env_runners": runners})
+
+
+def test_the_behaviour_learner_gap_shows_only_above_its_warning_level():
+    from pettingllms_rllib.metric_keys import LOGP_MISMATCH_WARNING
+
+    result = {"training_iteration": 3, "learners": {
+        "reasoner": {"logp_mismatch_mean": LOGP_MISMATCH_WARNING * 2},
+        "tool": {"logp_mismatch_mean": LOGP_MISMATCH_WARNING / 2},
+        "__all_modules__": 7}}
+    line = progress_line(result)
+    assert f"logp mismatch reasoner {LOGP_MISMATCH_WARNING * 2:.2f}" in line
+    assert "tool" not in line
+    result["learners"]["reasoner"]["logp_mismatch_mean"] = LOGP_MISMATCH_WARNING / 2
+    assert "logp mismatch" not in progress_line(result)
