@@ -60,8 +60,12 @@ sandbox-tools:
 	else echo "warning: no bwrap; install bubblewrap for the strongest sandbox (docs/sandbox.md)"; fi
 
 # As root, the hostile sandbox suite runs a second time as an unprivileged user.
+# Every test's duration is kept in $(OUTPUT)/test_report.xml (JUnit XML) beside the slowest 25
+# printed, so a slow test can be found after the run.
 test: install sandbox-tools
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+	@mkdir -p $(OUTPUT)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+		--junit-xml=$(OUTPUT)/test_report.xml
 	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) tests/sandbox_unprivileged.sh; fi
 
 test-fast: install sandbox-tools
