@@ -23,7 +23,7 @@ from pettingllms_envs.sandbox.bwrap import check_packages, package_binds
 from pettingllms_rllib.envs.instances import hash_split  # noqa: F401  (the tasks' split)
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 from pettingllms_rllib.envs import quoting as envs_quoting
-from pettingllms_rllib.envs.quoting import quote_block, quote_inline  # noqa: F401  (tasks' use)
+from pettingllms_rllib.envs.quoting import quote_block, quote_inline
 
 logger = logging.getLogger(__name__)
 

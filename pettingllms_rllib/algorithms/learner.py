@@ -133,10 +133,7 @@ class ATGRPOTorchLearner(TorchLearner):
     def behaviour_logprobs_are_exact(self) -> bool:
         """Whether the engines' log-probs are this learner's own up to fp32 rounding (HF
         generation, fp32 everywhere); if not (bf16, vLLM), every row's ratio denominator is
-        recomputed here."""
-        if not hasattr(self, "_behaviour_exact"):
-            self._behaviour_exact = behaviour_logprobs_are_exact(
-                self.config.engine, self.config.model_dtype, self.config.autocast_dtype)
+        recomputed here. Decided once, in :meth:`build`."""
         return self._behaviour_exact
 
     def _attach_proximal_logprobs(self, module_id, module_batch, minibatch_size) -> None:
@@ -177,9 +174,7 @@ class ATGRPOTorchLearner(TorchLearner):
     def _log_mismatch(self, module_id, learner_logp, behaviour_logp, mask) -> None:
         """The behaviour/learner log-prob gap of one module in this update (once per update)."""
         self._mismatch_pending.discard(module_id)
-        width = min(learner_logp.shape[-1], behaviour_logp.shape[-1], mask.shape[-1])
-        gap = logprob_mismatch(learner_logp[..., :width], behaviour_logp[..., :width],
-                               mask[..., :width])
+        gap = logprob_mismatch(learner_logp, behaviour_logp, mask)
         self.metrics.log_dict({(module_id, LOGP_MISMATCH_MEAN): gap.mean_abs,
                                (module_id, LOGP_MISMATCH_MAX): gap.max_abs,
                                (module_id, LOGP_MISMATCH_KL): gap.kl}, window=1)
@@ -201,6 +196,8 @@ class ATGRPOTorchLearner(TorchLearner):
         self._check_device_memory()
         self._kl_to_start_pending: set = set()  # modules whose kl_to_start this update owes
         self._mismatch_pending: set = set()  # modules whose logp_mismatch this update owes
+        self._behaviour_exact = behaviour_logprobs_are_exact(
+            self.config.engine, self.config.model_dtype, self.config.autocast_dtype)
         super().build()
 
     def _check_device_memory(self) -> None:
