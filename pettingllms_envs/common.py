@@ -19,7 +19,7 @@ import numpy as np
 
 from pettingllms_envs.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailableError,
                                       run_python, sandbox_capabilities)
-from pettingllms_envs.sandbox.bwrap import check_packages, package_binds
+from pettingllms_envs.sandbox.interpreter import check_packages, package_binds
 from pettingllms_rllib.envs.instances import hash_split  # noqa: F401  (the tasks' split)
 from pettingllms_rllib.envs import ParseResult, Role, StageOutcome, TextParallelEnv
 from pettingllms_rllib.envs import quoting as envs_quoting

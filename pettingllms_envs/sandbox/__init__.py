@@ -22,21 +22,35 @@ The full table per launcher, what is not defended, and how to check a machine:
 The verdict of a code test is never read from the program's own output
 (:mod:`pettingllms_envs.code_judge`).
 
-Submodules (one concern each, and the guarantee it holds)
----------------------------------------------------------
-* :mod:`.runner`: the entry points; one sandbox (and uid) per run, its files removed after it.
-* :mod:`.bwrap`: the bubblewrap command line: what a run can see, be and reach.
-* :mod:`.seccomp`: the system calls a run may not make (ptrace, namespaces, mounts, ...).
-* :mod:`.process`: scrubbed environment, fixed rlimits, wall clock, whole group killed, output cut.
+Submodules (one concern each, and the guarantee it holds), bottom up
+--------------------------------------------------------------------
+Each imports only modules listed above it (no import cycle, no function-local imports), and
+no name with a leading underscore is used outside its own module.
+
+* :mod:`.interpreter`, :mod:`.seccomp`, :mod:`.cleanup` (leaves): what the host interpreter holds
+  and which of its packages a task may allow; the system calls a run may not make (ptrace,
+  namespaces, mounts, ...); removing whatever tree a program left, iteratively, in bounded time.
+* :mod:`.capabilities`: :class:`SandboxCapabilities` and the launcher names.
+* :mod:`.results`: validated limits, reproducible output text, and which limit a run hit.
+* :mod:`.process`: a run's uid and scratch folder; scrubbed environment, fixed rlimits, wall
+  clock, whole group killed, output cut. Knows no launcher.
 * :mod:`.cgroups`: a ``memory`` cgroup per run (memfd and shm included) and, where unshare runs
   stay root, a ``pids`` cgroup for the process count.
-* :mod:`.cleanup`: removing whatever tree a program left, iteratively, in bounded time.
 * :mod:`.filesystem`: (unshare) the host's file system read-only but for the run's own folders.
+* The launchers, one module each: :mod:`.bwrap` (bubblewrap: an empty root per run; what a run
+  can see, be and reach) and :mod:`.unshare` (namespaces around the host's read-only file
+  system; also the unisolated "none"). Each holds the whole launcher protocol: ``probe(python)``
+  (does it work here and what runs get, checked by real runs through its own ``run``), its
+  argv builder (:func:`~.bwrap.bwrap_argv`, :func:`~.unshare.unshare_argv`) and
+  ``run(code, stdin, limits, caps, *, uid, probing=False, stdio=None)`` (one run with its
+  limits applied, as a :class:`SandboxResult`).
 * :mod:`.batch`: (unshare) one sandbox start per batch; each input gets what a single run would.
+* :mod:`.probe`: which launcher is used here, probed once per interpreter and choice; every
+  fallback noted; a bubblewrap that fails its probe stops the run.
+* :mod:`.runner`: the entry points; one sandbox (and uid) per run, handed to its launcher's
+  ``run``.
 * :mod:`.pair`: a trusted judge and an untrusted program, each in its own sandbox, talking only
   over two pipes (how script tests are judged without the test entering the program's process).
-* :mod:`.probe`: which launcher and which mechanisms work here, probed once; every fallback noted.
-* :mod:`.results`: validated limits, reproducible output text, and which limit a run hit.
 * ``fs_preamble.py``, ``harness_main.py``: run *inside* the unshare sandbox (``python -c``).
 
 Residual risks of the unshare fallback (bubblewrap's are in ``docs/sandbox.md``): the file
@@ -62,8 +76,8 @@ input detaches from the harness's reach (``setsid`` plus a double fork while the
 walk its children) may live until the batch ends.
 """
 
-from .probe import (LAUNCHER_ENV_VAR, LAUNCHERS, PYTHON_ENV_VAR, SandboxCapabilities,
-                    describe_sandbox, sandbox_capabilities)
+from .capabilities import LAUNCHER_ENV_VAR, LAUNCHERS, PYTHON_ENV_VAR, SandboxCapabilities
+from .probe import describe_sandbox, sandbox_capabilities
 from .results import (LIMIT_HITS, SCRATCH_PLACEHOLDER, SandboxLimits, SandboxResult,
                       SandboxUnavailableError)
 from .pair import PairResult, run_python_pair

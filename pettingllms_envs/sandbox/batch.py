@@ -46,16 +46,14 @@ import os
 import signal
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .cgroups import _open_cgroup, _remove_cgroup
-from .filesystem import _PRIVATE_SHM, _fs_setup_failed, _package_folder, _sandbox_argv
-from .process import _StartError, _execute, _python_flags
-from .results import _TAIL_BYTES, SandboxLimits, SandboxResult, _decode, _make_result
-from .runner import _make_workspace, _next_uid, _not_started, _remove_tree
-
-if TYPE_CHECKING:
-    from .probe import SandboxCapabilities
+from .capabilities import SandboxCapabilities
+from .cgroups import open_pids_cgroup, remove_cgroup
+from .cleanup import remove_tree
+from .filesystem import PRIVATE_SHM, package_folder, setup_failed
+from .process import StartError, execute, make_workspace, next_uid, not_started, python_flags
+from .results import TAIL_BYTES, SandboxLimits, SandboxResult, decode_output, make_result
+from .unshare import unshare_argv
 
 logger = logging.getLogger(__package__)  # one logger for the package: "pettingllms_envs.sandbox"
 
@@ -82,45 +80,52 @@ class _CaseRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class _HarnessOutcome:
+class HarnessOutcome:
+    """One harness run (:func:`run_harness`): the results it produced by input index, whether
+    the batch clock ran out, why it could not start (None if it did), its last stderr line."""
+
     results: dict[int, SandboxResult]
     timed_out: bool
     start_error: str | None
     diagnostics: str
 
 
-def _batch_budget_s(limits: SandboxLimits, count: int) -> float:
+def batch_budget_s(limits: SandboxLimits, count: int) -> float:
+    """The wall clock of a batch of ``count`` inputs: a start-up allowance plus, per input, its
+    own wall clock and some bookkeeping."""
     return _BATCH_START_S + count * (limits.wall_time_s + _BATCH_CASE_SLACK_S)
 
 
-def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimits,
-                 caps: SandboxCapabilities, budget_s: float) -> _HarnessOutcome:
-    """One sandbox run of the harness over ``cases`` (``(index, stdin bytes)``)."""
-    uid = _next_uid() if caps.run_as_uid is not None else None
-    base, scratch = _make_workspace(code, uid)
+def run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimits,
+                 caps: SandboxCapabilities, budget_s: float) -> HarnessOutcome:
+    """One sandbox run of the harness over ``cases`` (``(index, stdin bytes)``), started by the
+    unshare launcher (:func:`~pettingllms_envs.sandbox.unshare.unshare_argv`) with the same
+    workspace, uid, pids cgroup and read-only view as one of its single runs."""
+    uid = next_uid() if caps.run_as_uid is not None else None
+    base, scratch = make_workspace(code, uid)
     cgroup = None
     cap = limits.max_output_bytes
-    record_bytes = len(cases) * (2 * cap + _TAIL_BYTES + 256) + 4096
+    record_bytes = len(cases) * (2 * cap + TAIL_BYTES + 256) + 4096
     try:
         io_dir = os.path.join(base, "io")
         os.mkdir(io_dir, 0o700)
         if uid is not None:
             os.chown(io_dir, uid, uid)
         # +2: the `unshare --fork` parent and the harness; each input gets max_processes.
-        cgroup = _open_cgroup(caps, limits.max_processes + 2)
+        cgroup = open_pids_cgroup(caps, limits.max_processes + 2)
         events = os.path.join(cgroup, "pids.events") if cgroup else "-"
         largest = max(len(data) for _, data in cases)
         harness_limits = dataclasses.replace(  # what the per-input children lower again
             limits, cpu_time_s=math.ceil(budget_s) + 1, max_processes=limits.max_processes + 1,
             max_open_files=limits.max_open_files + 8,
             max_file_bytes=max(limits.max_file_bytes, largest, record_bytes))
-        shm = _PRIVATE_SHM if caps.filesystem_readonly else "-"  # emptied before each input
-        command = [caps.python, *_python_flags(caps), "-c", _HARNESS, scratch, io_dir, events, shm,
+        shm = PRIVATE_SHM if caps.filesystem_readonly else "-"  # emptied before each input
+        command = [caps.python, *python_flags(caps), "-c", _HARNESS, scratch, io_dir, events, shm,
                    str(max(1, math.ceil(limits.cpu_time_s))), str(limits.max_file_bytes),
-                   str(limits.max_open_files), str(cap), str(_TAIL_BYTES),
-                   repr(limits.wall_time_s), *_python_flags(caps)]
-        package_env, binds = _package_folder(base, caps, limits)
-        argv = _sandbox_argv(caps, command, [scratch, io_dir], limits, binds)
+                   str(limits.max_open_files), str(cap), str(TAIL_BYTES),
+                   repr(limits.wall_time_s), *python_flags(caps)]
+        package_env, binds = package_folder(base, caps, limits)
+        argv = unshare_argv(caps, command, [scratch, io_dir], limits, binds)
         index = " ".join(f"{i}:{len(data)}" for i, data in cases).encode("ascii")
         with tempfile.TemporaryFile(dir=base) as blob, \
                 open(os.path.join(base, "records"), "w+b") as records, \
@@ -133,18 +138,18 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
             blob.flush()
             blob.seek(0)
             try:
-                done = _execute(argv, stdin=blob, stdout=records, stderr=diag, cwd=scratch,
+                done = execute(argv, stdin=blob, stdout=records, stderr=diag, cwd=scratch,
                                 uid=uid, rlimits=harness_limits, wall_time_s=budget_s, caps=caps,
                                 cgroup=cgroup, extra_env=package_env)
-            except _StartError as exc:
-                return _HarnessOutcome({}, False, f"sandbox could not start: {exc}", "")
+            except StartError as exc:
+                return HarnessOutcome({}, False, f"sandbox could not start: {exc}", "")
             records.seek(0)
             parsed, running = _parse_records(records.read(record_bytes))
             diag.seek(0)
             diag_head = diag.read(4096)
-            diagnostics = _decode(diag_head, scratch, base).strip()
-        if not parsed and _fs_setup_failed(caps, done.returncode, diag_head):
-            return _HarnessOutcome({}, False, f"sandbox could not start: {diagnostics}", "")
+            diagnostics = decode_output(diag_head, scratch, base).strip()
+        if not parsed and setup_failed(caps, done.returncode, diag_head):
+            return HarnessOutcome({}, False, f"sandbox could not start: {diagnostics}", "")
         wanted = {i for i, _ in cases}
         results = {i: _case_result(rec, limits, caps, scratch, base)
                    for i, rec in parsed.items() if i in wanted}
@@ -159,12 +164,12 @@ def _run_harness(code: str, cases: list[tuple[int, bytes]], limits: SandboxLimit
                 caps.filesystem_readonly)
         if diagnostics:
             logger.warning("sandbox batch harness stderr: %s", diagnostics[-1000:])
-        return _HarnessOutcome(results, done.timed_out, None,
+        return HarnessOutcome(results, done.timed_out, None,
                                diagnostics.splitlines()[-1] if diagnostics else "")
     finally:
         if cgroup:
-            _remove_cgroup(cgroup)
-        _remove_tree(base)
+            remove_cgroup(cgroup)
+        remove_tree(base)
 
 
 def _parse_records(data: bytes) -> tuple[dict[int, _CaseRecord], int | None]:
@@ -207,10 +212,10 @@ def _parse_records(data: bytes) -> tuple[dict[int, _CaseRecord], int | None]:
 def _case_result(rec: _CaseRecord, limits: SandboxLimits, caps: SandboxCapabilities,
                  scratch: str, base: str) -> SandboxResult:
     if rec.kind == "nostart":
-        return _not_started(_decode(rec.err, scratch, base), caps)
-    return _make_result(
+        return not_started(decode_output(rec.err, scratch, base), caps)
+    return make_result(
         out=rec.out, out_size=rec.out_size, err=rec.err, err_size=rec.err_size,
-        tail=rec.tail or rec.err[-_TAIL_BYTES:],
+        tail=rec.tail or rec.err[-TAIL_BYTES:],
         returncode=-rec.value if rec.kind == "signal" else rec.value, timed_out=rec.timed_out,
         cpu_time_s=rec.cpu_time_s, wall_time_s=rec.wall_time_s, pids_max_hit=rec.pids_max_hit,
         limits=limits, caps=caps, scratch=scratch, base=base)

@@ -31,41 +31,48 @@ into which only what the program needs is mounted. What one run gets (:func:`bwr
   namespaces, no mounts, no keyrings, no io_uring).
 
 The file descriptors the program holds are 0, 1 and 2 only (bubblewrap closes what it was
-passed); :mod:`~pettingllms_envs.sandbox.runner` checks this in its probe.
+passed); :func:`probe` checks this.
+
+The launcher in one place
+-------------------------
+Like :mod:`~pettingllms_envs.sandbox.unshare`, this module is one launcher whole, so what
+bubblewrap promises is checked where it is built: :func:`probe` (does it work here, and what
+does a run get: :class:`~pettingllms_envs.sandbox.capabilities.SandboxCapabilities` or why
+not), :func:`bwrap_argv` (the command line) and :func:`run` (one run: its files, its limits,
+its result). :func:`probe` runs its checks through :func:`run` itself, so nothing it checks can
+differ from what runs get. It builds on :mod:`~pettingllms_envs.sandbox.process`,
+:mod:`~pettingllms_envs.sandbox.cgroups`, :mod:`~pettingllms_envs.sandbox.seccomp` and
+:mod:`~pettingllms_envs.sandbox.interpreter` only; nothing below imports it back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 
-__all__ = ["BWRAP_SCRATCH", "FORBIDDEN_PACKAGES", "InterpreterLayout", "PACKAGES_MOUNT",
-           "PYTHON_MOUNT", "bwrap_argv", "find_bwrap", "interpreter_layout", "package_binds"]
+from .capabilities import LAUNCHER_ENV_VAR, PYTHON_ENV_VAR, SandboxCapabilities
+from .cgroups import memory_cgroup_root, memory_limit_hit, open_memory_cgroup, remove_cgroup
+from .cleanup import remove_tree
+from .interpreter import (PACKAGES_MOUNT, PYTHON_MOUNT, InterpreterLayout, interpreter_layout,
+                          is_within, package_binds)
+from .process import (SCRIPT_NAME, PipedStdio, StartError, execute, next_uid, not_started,
+                      python_flags, read_output, scrubbed_env)
+from .results import SandboxLimits, SandboxResult, make_result
+from .seccomp import seccomp_program
+
+__all__ = ["BWRAP_SCRATCH", "bwrap_argv", "find_bwrap", "probe", "run", "unusable_message"]
 
 #: Where the run's scratch folder (its cwd and HOME) is mounted inside the sandbox.
 BWRAP_SCRATCH = "/sandbox"
-#: Where the interpreter's real prefix (its standard library) is mounted inside the sandbox: a
-#: path no host folder's permissions stand in front of, whatever the host path was (a venv
-#: under /tmp, pyenv under a 0700 home, symlinks).
-PYTHON_MOUNT = "/sandbox-python"
-#: Where a task's allowlisted packages are mounted, one entry each; on the program's sys.path
-#: (``PYTHONPATH``) only when the task declares packages.
-PACKAGES_MOUNT = "/sandbox-packages"
-#: Packages no task may allow: the project itself holds every task's generators and loaders.
-FORBIDDEN_PACKAGES = ("pettingllms_envs", "pettingllms_rllib")
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache",)
-#: Site folders of system Pythons under /usr (bound whole for the C library and tools): each is
-#: covered by an empty folder, so no installed package is readable there either.
-_SYSTEM_SITE_GLOBS = ("/usr/lib/python3*/site-packages", "/usr/lib/python3*/dist-packages",
-                      "/usr/local/lib/python3*/site-packages",
-                      "/usr/local/lib/python3*/dist-packages")
 _NOBODY = 65534
+_PRLIMIT = shutil.which("prlimit", path="/usr/bin:/bin") or "/usr/bin/prlimit"
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,190 +85,6 @@ def find_bwrap() -> str | None:
 @functools.lru_cache(maxsize=None)
 def _setpriv() -> str:
     return shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin") or "setpriv"
-
-
-@dataclasses.dataclass(frozen=True)
-class InterpreterLayout:
-    """What bubblewrap mounts for the interpreter, asked from the interpreter itself (trusted:
-    it is the host's own Python, run once, outside any sandbox).
-
-    ``executable`` is the interpreter's path *inside* the sandbox; ``binds`` are ``(host real
-    path, sandbox path)`` pairs, mounted read-only; ``hidden`` are sandbox paths (site-packages
-    folders inside a bound tree) covered by an empty read-only folder; ``env`` is what the
-    interpreter needs in its environment (``LD_LIBRARY_PATH`` for a shared libpython);
-    ``host_prefix`` is the real base prefix on the host (for messages).
-    """
-
-    executable: str
-    binds: tuple[tuple[str, str], ...]
-    hidden: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    host_prefix: str = ""
-
-    @property
-    def trees(self) -> tuple[str, ...]:
-        """The sandbox paths of the bound trees."""
-        return tuple(inside for _, inside in self.binds)
-
-
-#: Where an interpreter prefix keeps installed packages (globs below the prefix); the layout
-#: probe here and the unshare launcher's read-only preamble (filesystem.py) cover the same.
-SITE_PACKAGE_GLOBS = ("lib*/python3*/site-packages", "lib*/python3*/dist-packages",
-                      "local/lib*/python3*/site-packages", "local/lib*/python3*/dist-packages",
-                      "lib*/python3/dist-packages")
-
-_LAYOUT_CODE = """
-import glob, json, os, site, sys, sysconfig
-base = os.path.realpath(sys.base_prefix)
-exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
-sites = set()
-for prefix in {sys.base_prefix, base}:
-    try:
-        sites.update(site.getsitepackages([prefix]))
-    except Exception:
-        pass
-    for pattern in SITE_PACKAGE_GLOBS:
-        sites.update(glob.glob(os.path.join(prefix, pattern)))
-print(json.dumps({
-    "base": base, "exec_base": os.path.realpath(sys.base_exec_prefix), "exe": exe,
-    "sites": sorted(os.path.realpath(p) for p in sites if os.path.isdir(p)),
-    "shared": bool(sysconfig.get_config_var("Py_ENABLE_SHARED")),
-    "libdir": os.path.realpath(sysconfig.get_config_var("LIBDIR") or ""),
-}))
-""".replace("SITE_PACKAGE_GLOBS", repr(SITE_PACKAGE_GLOBS))
-
-
-def _ask(python: str, code: str, *args: str) -> dict:
-    done = subprocess.run([python, "-I", "-c", code, *args], capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-    if done.returncode != 0:
-        raise ValueError(f"{python} could not describe itself: {done.stderr.strip()[-300:]}")
-    return json.loads(done.stdout)
-
-
-def _inside(path: str, tree: str) -> bool:
-    return path == tree or path.startswith(tree.rstrip("/") + "/")
-
-
-def interpreter_layout(python: str) -> InterpreterLayout:
-    """Where ``python``'s real base prefix lives and what of it a run may see: the prefix at
-    :data:`PYTHON_MOUNT`, its site-packages hidden, the base interpreter (not a venv's
-    ``bin/python``: a venv adds only site-packages) as the executable. Raises
-    ``OSError``/``ValueError``."""
-    answer = _ask(python, _LAYOUT_CODE)
-    base, exe = answer["base"], answer["exe"]
-    if base == "/" or not os.path.isdir(base):
-        raise ValueError(f"{python}: unusable base prefix {base!r}")
-    if answer["exec_base"] != base:
-        raise ValueError(f"{python}: exec_prefix {answer['exec_base']} differs from prefix "
-                         f"{base}; not supported by the bubblewrap launcher")
-    if not _inside(exe, base):
-        raise ValueError(f"{python}: its interpreter {exe} lies outside its prefix {base}")
-    inside_exe = PYTHON_MOUNT + exe[len(base.rstrip("/")):]
-    hidden = []
-    for folder in answer["sites"]:
-        if _inside(folder, base):
-            hidden.append(PYTHON_MOUNT + folder[len(base.rstrip("/")):])
-    for pattern in _SYSTEM_SITE_GLOBS:
-        hidden += [p for p in sorted(glob.glob(pattern)) if os.path.isdir(p)
-                   and not os.path.islink(p)]
-    env: list[tuple[str, str]] = []
-    libdir = answer.get("libdir") or ""
-    if answer.get("shared") and _inside(libdir, base):
-        # a shared libpython is found through the build's absolute RUNPATH, which does not
-        # exist in the sandbox: point the loader at the mounted copy
-        env.append(("LD_LIBRARY_PATH", PYTHON_MOUNT + libdir[len(base.rstrip("/")):]))
-    hidden = list(dict.fromkeys(hidden))
-    # a folder inside a covered one is gone with it (and has no mount point left)
-    hidden = [h for h in hidden if not any(o != h and _inside(h, o) for o in hidden)]
-    return InterpreterLayout(inside_exe, ((base, PYTHON_MOUNT),), tuple(hidden), tuple(env),
-                             base)
-
-
-_PACKAGES_CODE = """
-import importlib.metadata as md, importlib.util, json, os, sys
-found = {}
-missing = []
-tops = md.packages_distributions() if hasattr(md, "packages_distributions") else {}
-for name in sys.argv[1:]:
-    entries = {}
-    spec = None
-    try:
-        spec = importlib.util.find_spec(name)
-    except Exception:
-        spec = None
-    if spec is None:
-        missing.append(name)
-        continue
-    locations = list(spec.submodule_search_locations or [])
-    if not locations and spec.origin and os.path.isabs(spec.origin):
-        locations = [spec.origin]
-    for location in locations:
-        entries[os.path.basename(location)] = os.path.realpath(location)
-    for dist_name in tops.get(name, []):
-        try:
-            dist = md.distribution(dist_name)
-        except Exception:
-            continue
-        root = str(dist.locate_file(""))
-        for item in dist.files or ():
-            parts = item.parts
-            if not parts or parts[0] in ("..", "") or parts[0].endswith(".pth"):
-                continue
-            path = os.path.join(root, parts[0])
-            if os.path.exists(path):
-                entries[parts[0]] = os.path.realpath(path)
-    found[name] = entries
-print(json.dumps({"found": found, "missing": missing}))
-"""
-
-
-def _normal(name: str) -> str:
-    return name.strip().lower().replace("-", "_").replace(".", "_")
-
-
-def check_packages(packages, forbidden=()) -> tuple[str, ...]:
-    """``packages`` as a sorted tuple of importable top-level names, or a ValueError naming
-    the first one that is not a plain name or that :data:`FORBIDDEN_PACKAGES` or ``forbidden``
-    (a task's own data and generators) rules out."""
-    if packages is None:
-        return ()
-    if isinstance(packages, (str, bytes)) or not hasattr(packages, "__iter__"):
-        raise ValueError(f"sandbox packages must be a list of package names, got {packages!r}")
-    names = []
-    refused = {_normal(f) for f in (*FORBIDDEN_PACKAGES, *forbidden)}
-    for name in packages:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"sandbox package {name!r} is not an importable top-level name")
-        if _normal(name) in refused:
-            raise ValueError(
-                f"sandbox package {name!r} is refused: it holds this task's data, answers or "
-                f"generators (never allowed: {', '.join(sorted(refused))})")
-        names.append(name)
-    return tuple(sorted(set(names)))
-
-
-@functools.lru_cache(maxsize=None)
-def package_binds(python: str, packages: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``(host real path, sandbox path)`` of each allowlisted package's top-level entries (its
-    import folder or module, and the other top-level entries of its distribution, such as
-    ``numpy.libs``), each at ``PACKAGES_MOUNT/<entry>``. Dependencies are not followed: list
-    them too. Raises ``ValueError`` for a package ``python`` cannot import, or one whose
-    distribution brings a forbidden entry."""
-    if not packages:
-        return ()
-    answer = _ask(python, _PACKAGES_CODE, *packages)
-    if answer["missing"]:
-        raise ValueError(f"sandbox packages not installed for {python}: "
-                         f"{', '.join(answer['missing'])}")
-    binds: dict[str, str] = {}
-    refused = {_normal(f) for f in FORBIDDEN_PACKAGES}
-    for name, entries in sorted(answer["found"].items()):
-        for entry, host in sorted(entries.items()):
-            if _normal(entry.split(".")[0]) in refused:
-                raise ValueError(f"sandbox package {name!r} brings {entry!r}, which is refused")
-            binds.setdefault(entry, host)
-    return tuple((host, f"{PACKAGES_MOUNT}/{entry}") for entry, host in sorted(binds.items()))
 
 
 def _ancestors(path: str) -> list[str]:
@@ -321,7 +144,7 @@ def bwrap_argv(bwrap: str, layout: InterpreterLayout, command: list[str], *,
             argv += ["--ro-bind", path, path]
     for host, inside in (*layout.binds, *packages):
         for folder in _ancestors(inside):
-            if folder not in made and not any(_inside(folder, b) for b in binds):
+            if folder not in made and not any(is_within(folder, b) for b in binds):
                 argv += ["--perms", "0755", "--dir", folder]
                 made.add(folder)
         argv += ["--ro-bind", host, inside]
@@ -344,3 +167,213 @@ def bwrap_argv(bwrap: str, layout: InterpreterLayout, command: list[str], *,
         argv += [_setpriv(), "--reuid", str(run_uid), "--regid", str(run_uid), "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     return argv + command
+
+
+# ------------------------------------------------------------------------------ probe
+def unusable_message(why: str) -> str:
+    """Why bubblewrap, installed, cannot be used (``why``, from :func:`probe`) and the fix: the
+    text of the :class:`~pettingllms_envs.sandbox.SandboxUnavailableError` raised then."""
+    if os.geteuid() != 0:
+        fix = ("bubblewrap runs unprivileged here: it needs unprivileged user namespaces "
+               "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0; "
+               "some AppArmor profiles block them: kernel.apparmor_restrict_unprivileged_"
+               "userns=0), and read access to the interpreter's prefix")
+    else:
+        fix = ("as root, bubblewrap needs to create mount, pid and network namespaces (in a "
+               "container: run it with CAP_SYS_ADMIN, or --privileged) and `setpriv` "
+               "(util-linux)")
+    return (f"bubblewrap is installed but unusable: {why}. Fix: {fix}; try "
+            f"`bwrap --ro-bind / / --unshare-all true` to see bubblewrap's own error. Or choose "
+            f"the weaker launcher explicitly: `sandbox: {{launcher: unshare}}` in the task's "
+            f"env_config, or {LAUNCHER_ENV_VAR}=unshare (docs/sandbox.md lists what it does "
+            f"not guarantee)")
+
+
+_BWRAP_PROBE_CODE = """
+import errno, os, socket
+print(os.readlink("/proc/self/ns/net"), os.readlink("/proc/self/ns/ipc"), os.getuid())
+try:
+    open("/usr/.pettingllms-probe", "w")
+    print("usr-writable")
+except OSError as e:
+    print("usr-" + errno.errorcode.get(e.errno, "?"))
+open("inside", "w").write("x")
+print(sorted(os.listdir("/proc/self/fd")))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("ptrace", libc.ptrace(0x4206, os.getppid(), 0, 0))
+import sys
+print("site", sum(len(os.listdir(p)) for p in sys.path
+                  if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)))
+"""
+
+
+def probe(python: str) -> tuple[SandboxCapabilities | None, str]:
+    """Capabilities with the bubblewrap launcher, or ``(None, why not)``: a probe run (through
+    :func:`run`, as every run) must show a network and IPC namespace other than the host's, a
+    uid other than 0 on a root host, a read-only ``/usr``, no descriptor beyond 0-2, a refused
+    ``ptrace`` and no installed package on its ``sys.path``."""
+    if find_bwrap() is None:
+        return None, "no `bwrap` binary (Debian: apt-get install bubblewrap)"
+    if seccomp_program() is None:
+        return None, "no seccomp numbers for this architecture"
+    try:
+        layout = interpreter_layout(python)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return None, f"cannot read the interpreter's layout ({exc})"
+    root = os.geteuid() == 0
+    if root:  # the run's uid reaches the prefix through the neutral mount, not the host path,
+        # but the prefix's own folders keep their modes
+        for path in (layout.host_prefix, os.path.dirname(os.path.join(
+                layout.host_prefix, os.path.relpath(layout.executable, PYTHON_MOUNT)))):
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:
+                return None, f"cannot stat the interpreter's prefix ({exc})"
+            if mode & 0o005 != 0o005:
+                return None, (f"{path} (mode {mode & 0o777:o}) cannot be entered by other "
+                              f"users, so the run's own uid cannot start the interpreter "
+                              f"(chmod o+rx {path}, or set ${PYTHON_ENV_VAR} to an "
+                              f"interpreter others can run)")
+    memory_root = memory_cgroup_root()
+    caps = SandboxCapabilities(
+        python, (), True, True, next_uid() if root else None, "rlimit", None,
+        () if root else ("RLIMIT_NPROC counts every process of this user, not only the "
+                         "sandbox's",),
+        filesystem_readonly=True, launcher_name="bubblewrap", private_root=True,
+        ipc_isolated=True, ptrace_blocked=True,
+        memory_limit="cgroup" if memory_root else "rlimit", memory_cgroup_root=memory_root,
+        layout=layout)
+    if memory_root is None:
+        caps = dataclasses.replace(caps, notes=caps.notes + (
+            "no writable memory cgroup: memory is RLIMIT_AS per process; memfd and shared "
+            "memory are NOT bounded",))
+    result = run(_BWRAP_PROBE_CODE, "", SandboxLimits(wall_time_s=20, cpu_time_s=10), caps,
+                 uid=next_uid() if root else None, probing=True)
+    lines = result.stdout.splitlines()
+    if not result.ok or len(lines) != 5:
+        return None, f"the probe run failed ({result.describe_failure()[-300:]})"
+    net, ipc, uid = lines[0].split()
+    expected = {"net": os.readlink("/proc/self/ns/net"), "ipc": os.readlink("/proc/self/ns/ipc")}
+    if net == expected["net"] or ipc == expected["ipc"]:
+        return None, "the run shared the host's network or IPC namespace"
+    if root and uid == "0":
+        return None, "the run kept uid 0"
+    if lines[1] != "usr-EROFS":
+        return None, f"/usr was not read-only in the run ({lines[1]})"
+    if lines[2] != "['0', '1', '2', '3']":  # 3: the listing's own descriptor
+        return None, f"the run inherited descriptors {lines[2]}"
+    if lines[3] != "ptrace -1":
+        return None, "ptrace was not refused"
+    if lines[4] != "site 0":
+        return None, "the run saw installed packages on its sys.path (site-packages not hidden)"
+    return caps, ""
+
+
+# ------------------------------------------------------------------------------ one run
+def run(code: str, stdin: str, limits: SandboxLimits, caps: SandboxCapabilities, *,
+        uid: int | None, probing: bool = False, stdio: PipedStdio | None = None) -> SandboxResult:
+    """One run of ``code`` on ``stdin`` under bubblewrap, as ``uid`` (root hosts: a fresh uid
+    per run, :func:`~pettingllms_envs.sandbox.process.next_uid`; None: bubblewrap's own user
+    namespace). Its limits: rlimits, the memory cgroup where there is one, and (unprivileged)
+    the process budget set inside the run's user namespace by ``prlimit``. The host folder
+    holds only the program's stdin/stdout/stderr files, the script and the filter, all root's
+    and none visible inside; the program's own files live in tmpfs that vanish. ``probing``
+    keeps start failures out of the warnings; ``stdio`` replaces stdin/stdout by pipes
+    (:mod:`~pettingllms_envs.sandbox.pair`)."""
+    base = tempfile.mkdtemp(prefix="pettingllms-sbx-")
+    memory_cgroup = None
+    status_read = status_write = -1
+    try:
+        paths = {name: os.path.join(base, name) for name in ("stdin", "stdout", "stderr",
+                                                             "solution.py", "seccomp")}
+        with open(paths["stdin"], "wb") as handle:
+            handle.write(str(stdin).encode("utf-8", errors="replace"))
+        with open(paths["solution.py"], "w", encoding="utf-8", errors="surrogatepass") as fh:
+            fh.write(code)
+        with open(paths["seccomp"], "wb") as handle:
+            handle.write(seccomp_program() or b"")
+        memory_cgroup = open_memory_cgroup(caps, limits.memory_mb * 1024 * 1024)
+        status_read, status_write = os.pipe()
+        with open(paths["solution.py"], "rb") as script, open(paths["seccomp"], "rb") as flt, \
+                open(paths["stdin"], "rb") as fin, open(paths["stdout"], "wb") as fout, \
+                open(paths["stderr"], "wb") as ferr:
+            command = [caps.layout.executable, *python_flags(caps), SCRIPT_NAME]
+            env = {**scrubbed_env(BWRAP_SCRATCH), **dict(caps.layout.env)}
+            packages = package_binds(caps.python, limits.packages)
+            if packages:
+                env["PYTHONPATH"] = PACKAGES_MOUNT
+            host_limits = limits
+            if uid is None:
+                # Unprivileged host: every run is this user's uid, and RLIMIT_NPROC set here
+                # would count all of the user's processes (the trainer's threads, the last
+                # run's exiting ones). Inside the run's own user namespace the count is the
+                # run's alone, so the budget is set there, by prlimit, and kept loose here.
+                command = [_PRLIMIT, f"--nproc={limits.max_processes}:{limits.max_processes}",
+                           "--", *command]
+                host_limits = dataclasses.replace(limits,
+                                                  max_processes=limits.max_processes + 65536)
+            argv = bwrap_argv(
+                find_bwrap() or "bwrap", caps.layout, command,
+                script_fd=script.fileno(), seccomp_fd=flt.fileno(), status_fd=status_write,
+                run_uid=uid, tmpfs_bytes=max(2 * limits.max_file_bytes, 1 << 20),
+                env=env, disable_userns=uid is None, packages=packages)
+            try:
+                done = execute(argv, stdin=stdio.stdin_fd if stdio else fin,
+                               stdout=stdio.stdout_fd if stdio else fout, stderr=ferr,
+                               cwd=base, uid=None, rlimits=host_limits,
+                               wall_time_s=limits.wall_time_s, caps=caps, cgroup=None,
+                               probing=probing,
+                               pass_fds=(script.fileno(), flt.fileno(), status_write),
+                               extra_cgroups=(memory_cgroup,) if memory_cgroup else (),
+                               on_started=stdio.on_started if stdio else None)
+            except StartError as exc:
+                return not_started(f"sandbox could not start: {exc}", caps)
+            finally:
+                os.close(status_write)
+                status_write = -1
+        status = read_status(status_read)
+        cap = limits.max_output_bytes
+        out, out_size, _ = read_output(paths["stdout"], cap)
+        err, err_size, tail = read_output(paths["stderr"], cap)
+        if "child-pid" not in status and not done.timed_out:
+            return not_started("sandbox could not start: "
+                               + err.decode("utf-8", "replace").strip()[-300:], caps)
+        returncode = status.get("exit-code", done.returncode)
+        if 128 < returncode < 128 + 65:  # bubblewrap passes a signal on as 128 + its number
+            returncode = 128 - returncode
+        return make_result(
+            out=out, out_size=out_size, err=err, err_size=err_size, tail=tail,
+            returncode=returncode, timed_out=done.timed_out, cpu_time_s=done.cpu_time_s,
+            wall_time_s=done.wall_time_s, pids_max_hit=None, limits=limits, caps=caps,
+            scratch=BWRAP_SCRATCH, base=base,
+            memory_hit=bool(memory_cgroup) and memory_limit_hit(memory_cgroup))
+    finally:
+        for fd in (status_read, status_write):
+            if fd >= 0:
+                os.close(fd)
+        if memory_cgroup:
+            remove_cgroup(memory_cgroup)
+        remove_tree(base)
+
+
+def read_status(fd: int) -> dict:
+    """bubblewrap's JSON status documents (``child-pid``, then ``exit-code``), merged."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    merged: dict = {}
+    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict):
+            merged.update({k: v for k, v in document.items() if isinstance(v, int)})
+    return merged

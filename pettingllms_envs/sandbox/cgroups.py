@@ -6,6 +6,9 @@ Linux exempts uid 0 from RLIMIT_NPROC; when we stay root, a v1 ``pids`` cgroup p
 enforces ``max_processes`` instead if one is writable, else the process budget is *not*
 enforced and :func:`sandbox_capabilities` says so (``process_limit == "none"``). After every
 run the cgroup is emptied (SIGKILL) and removed.
+
+Used by the launchers' probes (:func:`pids_cgroup_root`, :func:`memory_cgroup_root`) and their
+runs (``open_*``, ``*_hit``, :func:`remove_cgroup`).
 """
 
 from __future__ import annotations
@@ -15,17 +18,16 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
-from .process import _run_counter
-
-if TYPE_CHECKING:
-    from .probe import SandboxCapabilities
+from .capabilities import SandboxCapabilities
+from .process import next_run_number
 
 logger = logging.getLogger(__package__)  # one logger for the package: "pettingllms_envs.sandbox"
 
 
-def _open_cgroup(caps: SandboxCapabilities, max_pids: int) -> str | None:
+def open_pids_cgroup(caps: SandboxCapabilities, max_pids: int) -> str | None:
+    """A fresh ``pids`` cgroup holding at most ``max_pids`` for one run where the capabilities
+    enforce the process budget that way (``process_limit == "cgroup"``), else None."""
     return _open_run_cgroup(caps.process_limit == "cgroup" and caps.cgroup_root,
                             lambda: _make_cgroup(caps.cgroup_root, max_pids),
                             "pids", "process count unlimited")
@@ -42,7 +44,7 @@ def _open_run_cgroup(enabled, make, kind: str, consequence: str) -> str | None:
         return None
 
 
-def _cgroup_max_hit(path: str) -> bool | None:
+def pids_max_hit(path: str) -> bool | None:
     """Whether a fork in the cgroup failed at ``pids.max`` (None: no counter to read)."""
     try:
         with open(os.path.join(path, "pids.events"), encoding="ascii") as handle:
@@ -55,12 +57,12 @@ def _cgroup_max_hit(path: str) -> bool | None:
     return None
 
 
-def _pids_cgroup_root() -> str | None:
+def pids_cgroup_root() -> str | None:
     """Our own folder in a writable cgroup-v1 ``pids`` hierarchy, or None."""
     return _cgroup_root("pids", lambda root: _make_cgroup(root, 4))
 
 
-def _memory_cgroup_root() -> str | None:
+def memory_cgroup_root() -> str | None:
     """Our own folder in a writable cgroup-v1 ``memory`` hierarchy, or None."""
     return _cgroup_root("memory", lambda root: _make_memory_cgroup(root, 64 << 20))
 
@@ -73,13 +75,15 @@ def _make_memory_cgroup(root: str, limit_bytes: int) -> str:
     return _make_run_cgroup(root, "mem-", settings)
 
 
-def _open_memory_cgroup(caps: SandboxCapabilities, limit_bytes: int) -> str | None:
+def open_memory_cgroup(caps: SandboxCapabilities, limit_bytes: int) -> str | None:
+    """A fresh ``memory`` cgroup bounding one run to ``limit_bytes`` where the capabilities
+    have one (``memory_limit == "cgroup"``), else None."""
     return _open_run_cgroup(caps.memory_limit == "cgroup" and caps.memory_cgroup_root,
                             lambda: _make_memory_cgroup(caps.memory_cgroup_root, limit_bytes),
                             "memory", "memfd/shm unbounded")
 
 
-def _memory_limit_hit(path: str) -> bool:
+def memory_limit_hit(path: str) -> bool:
     """Whether the run's memory cgroup reached its limit (an OOM kill or a failed charge)."""
     try:
         with open(os.path.join(path, "memory.oom_control"), encoding="ascii") as handle:
@@ -112,7 +116,7 @@ def _cgroup_root(controller: str, make) -> str | None:
         probe = make(root)
     except OSError:
         return None
-    _remove_cgroup(probe)
+    remove_cgroup(probe)
     return root
 
 
@@ -122,7 +126,7 @@ def _make_cgroup(root: str, max_pids: int) -> str:
 
 def _make_run_cgroup(root: str, tag: str, settings: dict[str, int]) -> str:
     """Create ``root/pettingllms-sbx-<tag><pid>-<n>`` and write its ``settings`` files."""
-    path = os.path.join(root, f"pettingllms-sbx-{tag}{os.getpid()}-{next(_run_counter)}")
+    path = os.path.join(root, f"pettingllms-sbx-{tag}{os.getpid()}-{next_run_number()}")
     os.mkdir(path)
     try:
         for name, value in settings.items():
@@ -134,7 +138,8 @@ def _make_run_cgroup(root: str, tag: str, settings: dict[str, int]) -> str:
     return path
 
 
-def _remove_cgroup(path: str) -> None:
+def remove_cgroup(path: str) -> None:
+    """Kill whatever is left in a run's cgroup and remove it (bounded retries, never raises)."""
     for _ in range(200):
         try:
             with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:

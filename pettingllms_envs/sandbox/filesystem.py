@@ -6,11 +6,11 @@ the run's own folders can be written, see "File system" below.
 File system
 -----------
 Inside the launcher's mount namespace a small trusted preamble (``python -I -S -B -c
-<_FS_PREAMBLE>``, run as the namespace's root between ``unshare`` and the program) bind-mounts
+<FS_PREAMBLE>``, run as the namespace's root between ``unshare`` and the program) bind-mounts
 each folder the run must write onto itself (the scratch folder; for a batch also the harness's
 io folder), so they are mounts of their own, binds each package a task allowlists into a
 folder of its own (on ``PYTHONPATH``), covers with an empty read-only tmpfs every folder that
-holds answers (:func:`_hidden_folders`: the interpreter's site-packages, the project's
+holds answers (:func:`hidden_folders`: the interpreter's site-packages, the project's
 packages, the Hugging Face cache), then remounts *every* other visible mount (``/``, ``/tmp``
 if separate, ``/proc``, ``/sys`` with the cgroup file systems, ``/dev``, ...)
 ``ro,nosuid,nodev``, repeating each mount's flags that the user namespace locked (atime,
@@ -46,25 +46,24 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .bwrap import SITE_PACKAGE_GLOBS
+from .capabilities import SandboxCapabilities
+from .interpreter import (SITE_PACKAGE_GLOBS, SYSTEM_SITE_GLOBS, ask_interpreter,
+                          package_binds)
 from .results import SandboxLimits
 
-if TYPE_CHECKING:
-    from .probe import SandboxCapabilities
-
 #: Exit status and first stderr bytes of a preamble that refused to start the program.
-_FS_SETUP_EXIT = 125
-_FS_SETUP_MESSAGE = b"sandbox: read-only file system setup failed: "
-_PRIVATE_SHM = "/dev/shm"  # where the preamble mounts a private tmpfs
+FS_SETUP_EXIT = 125
+FS_SETUP_MESSAGE = b"sandbox: read-only file system setup failed: "
+PRIVATE_SHM = "/dev/shm"  # where the preamble mounts a private tmpfs
 #: The preamble (``python -I -S -B -c <this> HOST_MNT_NS SHM_BYTES DIR... -- COMMAND...``) run
 #: inside the launcher's mount namespace, as its root: it makes every mount read-only except
 #: the ``DIR`` folders, mounts a private tmpfs on /dev/shm, drops all capabilities for good and
 #: becomes ``COMMAND`` (same pid, environment and file descriptors). Any Python 3; failures
-#: end it with :data:`_FS_SETUP_EXIT` and :data:`_FS_SETUP_MESSAGE` before the program runs.
-_FS_PREAMBLE = (Path(__file__).parent / "fs_preamble.py").read_text(encoding="utf-8")
-_FS_PROBE_CODE = """
+#: end it with :data:`FS_SETUP_EXIT` and :data:`FS_SETUP_MESSAGE` before the program runs.
+FS_PREAMBLE = (Path(__file__).parent / "fs_preamble.py").read_text(encoding="utf-8")
+#: What the unshare probe appends to its program to check the read-only view works.
+FS_PROBE_CODE = """
 import errno, os
 with open("inside", "w") as handle:
     handle.write("x")
@@ -83,23 +82,23 @@ print(fs, int(bounding[0], 16) if bounding else -1)
 """
 
 
-def _sandbox_argv(caps: SandboxCapabilities, command: list[str], writable: list[str],
-                  limits: SandboxLimits, binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
-    """The command line of one sandboxed process: the launcher, then (where the file system is
-    made read-only) the preamble that does so, keeping ``writable`` folders writable, hiding
-    :func:`_hidden_folders` and mounting the allowlisted packages (``binds``, from
-    :func:`_package_folder`), and replaces itself with ``command``."""
+def preamble_argv(caps: SandboxCapabilities, writable: list[str], limits: SandboxLimits,
+                  binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """The preamble's part of an unshare command line, between the launcher and the program's
+    command (empty where the capabilities have no read-only view): it keeps ``writable``
+    folders writable, hides :func:`hidden_folders`, mounts the allowlisted packages (``binds``,
+    from :func:`package_folder`) and replaces itself with what follows it."""
     if not caps.filesystem_readonly:
-        return [*caps.launcher, *command]
+        return []
     try:
         host_namespace = os.readlink("/proc/self/ns/mnt")
     except OSError:
         host_namespace = "unknown"
-    hidden = [h for h in _hidden_folders(caps.python)
+    hidden = [h for h in hidden_folders(caps.python)
               if not any(_inside(w, h) or _inside(h, w) for w in writable)]
-    return [*caps.launcher, caps.python, "-I", "-S", "-B", "-c", _FS_PREAMBLE, host_namespace,
+    return [caps.python, "-I", "-S", "-B", "-c", FS_PREAMBLE, host_namespace,
             str(max(1 << 12, int(limits.max_file_bytes))), *writable, "--", *hidden, "--",
-            *(path for pair in binds for path in pair), "--", *command]
+            *(path for pair in binds for path in pair), "--"]
 
 
 def _inside(path: str, tree: str) -> bool:
@@ -124,19 +123,17 @@ print(json.dumps(sorted(found)))
 
 
 @functools.lru_cache(maxsize=None)
-def _hidden_folders(python: str) -> tuple[str, ...]:
+def hidden_folders(python: str) -> tuple[str, ...]:
     """What the unshare preamble covers with an empty folder: every site-packages folder of
     ``python`` (its venv's, its base's, the system Pythons'), the project's own packages (the
     task generators and loaders: an editable install lives outside site-packages) and the
     Hugging Face cache (loaded datasets). Real paths; folders that do not exist are left out."""
-    from .bwrap import _SYSTEM_SITE_GLOBS, _ask
-
     found: set[str] = set()
     try:
-        found.update(_ask(python, _SITES_CODE))
+        found.update(ask_interpreter(python, _SITES_CODE))
     except (OSError, ValueError, subprocess.SubprocessError):
         pass
-    for pattern in _SYSTEM_SITE_GLOBS:
+    for pattern in SYSTEM_SITE_GLOBS:
         found.update(glob.glob(pattern))
     package_root = Path(__file__).resolve().parents[1]  # pettingllms_envs
     found.update(str(package_root.parent / name) for name in ("pettingllms_envs",
@@ -155,7 +152,7 @@ def _hidden_folders(python: str) -> tuple[str, ...]:
     return tuple(p for p in keep if not needed(p))
 
 
-def _package_folder(base: str, caps: SandboxCapabilities,
+def package_folder(base: str, caps: SandboxCapabilities,
                     limits: SandboxLimits) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
     """The allowlisted packages of one run outside bubblewrap, in a folder of the run's own
     (removed with it): ``({"PYTHONPATH": folder}, binds)``. Behind the read-only preamble the
@@ -164,8 +161,6 @@ def _package_folder(base: str, caps: SandboxCapabilities,
     it, links to the packages and no binds. ``({}, ())`` for none."""
     if not limits.packages:
         return {}, ()
-    from .bwrap import package_binds
-
     folder = os.path.join(base, "packages")
     os.mkdir(folder)
     os.chmod(folder, 0o755)  # a dropped uid reads it
@@ -186,7 +181,7 @@ def _package_folder(base: str, caps: SandboxCapabilities,
     return {"PYTHONPATH": folder}, tuple(pairs)
 
 
-def _fs_setup_failed(caps: SandboxCapabilities, returncode: int, stderr_head: bytes) -> bool:
+def setup_failed(caps: SandboxCapabilities, returncode: int, stderr_head: bytes) -> bool:
     """Whether the read-only preamble refused to start the program (it never ran)."""
-    return caps.filesystem_readonly and returncode == _FS_SETUP_EXIT and \
-        stderr_head.startswith(_FS_SETUP_MESSAGE)
+    return caps.filesystem_readonly and returncode == FS_SETUP_EXIT and \
+        stderr_head.startswith(FS_SETUP_MESSAGE)

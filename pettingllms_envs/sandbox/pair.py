@@ -22,8 +22,9 @@ import os
 import threading
 
 from .probe import sandbox_capabilities
+from .process import PipedStdio
 from .results import SandboxLimits, SandboxResult
-from .runner import PipedStdio, _check_isolation, _run
+from .runner import check_isolation, run_one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ def run_python_pair(judge_code: str, program_code: str, *,
         if not isinstance(code, str):
             raise TypeError(f"{name} must be str, got {type(code).__name__}")
     caps = sandbox_capabilities(python, limits.launcher)
-    _check_isolation(caps, limits)
+    check_isolation(caps, limits)
     to_program_read, to_program_write = os.pipe()
     to_judge_read, to_judge_write = os.pipe()
     started = (threading.Event(), threading.Event())
@@ -57,8 +58,8 @@ def run_python_pair(judge_code: str, program_code: str, *,
 
     def side(index: int, code: str, stdin_fd: int, stdout_fd: int) -> None:
         try:
-            outcomes[index] = _run(code, "", limits, caps,
-                                   stdio=PipedStdio(stdin_fd, stdout_fd, started[index].set))
+            outcomes[index] = run_one(code, "", limits, caps,
+                                      stdio=PipedStdio(stdin_fd, stdout_fd, started[index].set))
         except BaseException as exc:  # re-raised on the calling thread below
             outcomes[index] = exc
         finally:

@@ -1,5 +1,8 @@
-"""Process supervision: start one sandboxed process, enforce its wall clock, kill its whole
-process group, reap it and read its output back.
+"""Process supervision, shared by both launchers and the batch harness: a run's uid and scratch
+folder, then start one sandboxed process, enforce its wall clock, kill its whole process group,
+reap it and read its output back. It knows no launcher: each builds its own argv and hands it
+to :func:`execute` (so the probes and the runs of a launcher use the same code, with no import
+back into :mod:`~pettingllms_envs.sandbox.runner`).
 
 What each run gets from here:
 
@@ -27,39 +30,94 @@ import select
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+import tempfile
+from typing import Callable
 
-from .results import _TAIL_BYTES, SandboxLimits
-
-if TYPE_CHECKING:
-    from .probe import SandboxCapabilities
+from .capabilities import SandboxCapabilities
+from .cleanup import remove_tree
+from .results import TAIL_BYTES, SandboxLimits, SandboxResult
 
 logger = logging.getLogger(__package__)  # one logger for the package: "pettingllms_envs.sandbox"
 
-#: Numbers per-run names in this host process (the uids of :mod:`.runner`, the cgroups of
+#: The script's name in a run's scratch folder (its cwd), for every launcher.
+SCRIPT_NAME = "solution.py"
+_UID_BASE = 2_000_000  # per-run uids are drawn above this; no real account lives there
+_UID_SPAN = 1_000_000
+#: Numbers per-run names in this host process (the uids of :func:`next_uid`, the cgroups of
 #: :mod:`.cgroups`).
 _run_counter = itertools.count()
 
 
+def next_run_number() -> int:
+    """A number no other run of this host process had (with the pid: a unique per-run name)."""
+    return next(_run_counter)
+
+
+def next_uid() -> int:
+    """A fresh host uid for one run (root hosts): its own process budget, no signals to or
+    from another run, none of root's files. Drawn above any real account."""
+    return _UID_BASE + (os.getpid() * 4096 + next_run_number()) % _UID_SPAN
+
+
 @dataclasses.dataclass(frozen=True)
-class _Exit:
+class Exit:
+    """How a supervised process ended (:func:`execute`)."""
+
     returncode: int
     timed_out: bool
     wall_time_s: float
     cpu_time_s: float
 
 
-class _StartError(Exception):
+class StartError(Exception):
     """The sandboxed process could not be started at all."""
 
 
-def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
+@dataclasses.dataclass(frozen=True)
+class PipedStdio:
+    """Pipe ends that replace a run's stdin and stdout files (:mod:`.pair`): the run reads
+    ``stdin_fd`` and writes ``stdout_fd``, its :attr:`SandboxResult.stdout` stays empty, and
+    ``on_started`` is called once its process start was tried."""
+
+    stdin_fd: int
+    stdout_fd: int
+    on_started: Callable[[], None]
+
+
+def not_started(message: str, caps: SandboxCapabilities) -> SandboxResult:
+    """The result of a run whose program never ran (``exit_code=None``: "could not start")."""
+    return SandboxResult("", message, None, False, None, False, caps.network_isolated, 0.0,
+                         filesystem_readonly=caps.filesystem_readonly)
+
+
+def make_workspace(code: str, uid: int | None) -> tuple[str, str]:
+    """A private base folder holding ``work/solution.py`` (the scratch folder, owned by ``uid``
+    when given); returns ``(base, scratch)``. The caller removes ``base`` with
+    :func:`~pettingllms_envs.sandbox.cleanup.remove_tree`."""
+    base = tempfile.mkdtemp(prefix="pettingllms-sbx-")
+    os.chmod(base, 0o711)  # a dropped uid may traverse to its scratch folder, not list ours
+    try:
+        scratch = os.path.join(base, "work")
+        os.mkdir(scratch, 0o700)
+        with open(os.path.join(scratch, SCRIPT_NAME), "w", encoding="utf-8",
+                  errors="surrogatepass") as handle:
+            handle.write(code)
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+            os.chown(os.path.join(scratch, SCRIPT_NAME), uid, uid)
+    except BaseException:
+        remove_tree(base)
+        raise
+    return base, scratch
+
+
+def execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | None,
              rlimits: SandboxLimits, wall_time_s: float, caps: SandboxCapabilities,
              cgroup: str | None, probing: bool = False, pass_fds: tuple[int, ...] = (),
              extra_cgroups: tuple[str, ...] = (), on_started=None,
-             extra_env: dict[str, str] | None = None) -> _Exit:
+             extra_env: dict[str, str] | None = None) -> Exit:
     """Start ``argv`` under ``rlimits`` (as ``uid``, in ``cgroup``), wait at most
-    ``wall_time_s``, kill its whole process group, reap it. Raises :class:`_StartError`.
+    ``wall_time_s``, kill its whole process group, reap it. Raises :class:`StartError`.
 
     ``on_started`` (no arguments) is called once the start was tried, whether or not it
     worked: a caller that handed the process pipe ends closes its own copies then, so the
@@ -69,7 +127,7 @@ def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | Non
     try:
         proc = subprocess.Popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
-            env={**_scrubbed_env(cwd), **(extra_env or {})}, start_new_session=True,
+            env={**scrubbed_env(cwd), **(extra_env or {})}, start_new_session=True,
             close_fds=True, pass_fds=pass_fds,
             preexec_fn=_make_preexec(rlimits, [os.path.join(c, "cgroup.procs")
                                                for c in (cgroup, *extra_cgroups) if c]),
@@ -77,7 +135,7 @@ def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | Non
     except (OSError, subprocess.SubprocessError) as exc:
         (logger.debug if probing else logger.warning)(
             "sandbox could not start %s: %r", argv[0], exc)
-        raise _StartError(str(exc)) from exc
+        raise StartError(str(exc)) from exc
     finally:
         if on_started is not None:
             on_started()
@@ -86,7 +144,7 @@ def _execute(argv: list[str], *, stdin, stdout, stderr, cwd: str, uid: int | Non
         _kill_namespace_init(proc.pid)
     _kill_group(proc.pid)  # leader not reaped yet, so its group id cannot be reused
     returncode, cpu = _reap(proc)
-    return _Exit(returncode, not exited, time.monotonic() - started, cpu)
+    return Exit(returncode, not exited, time.monotonic() - started, cpu)
 
 
 def _reap(proc: subprocess.Popen) -> tuple[int, float]:
@@ -100,9 +158,9 @@ def _reap(proc: subprocess.Popen) -> tuple[int, float]:
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def _python_flags(caps: SandboxCapabilities | None = None) -> list[str]:
-    """-s: no user site; -B: no .pyc. Under bubblewrap the site-packages folders are empty
-    mounts, so ``site`` runs (``exit()`` and ``quit()`` exist) and adds nothing. Elsewhere the
+def python_flags(caps: SandboxCapabilities | None = None) -> list[str]:
+    """The interpreter flags of a run. -s: no user site; -B: no .pyc. Under bubblewrap the
+    site-packages folders are empty mounts, so ``site`` runs (``exit()`` and ``quit()`` exist) and adds nothing. Elsewhere the
     host's site-packages are readable, so -S keeps ``site`` from putting them on ``sys.path``
     (a program may still read them, or add them itself: see docs/sandbox.md). Not ``-I``:
     it implies ``-E``, which would ignore ``PYTHONHASHSEED=0`` and a task's ``PYTHONPATH``;
@@ -113,7 +171,8 @@ def _python_flags(caps: SandboxCapabilities | None = None) -> list[str]:
     return ["-S", "-s", "-B"]
 
 
-def _scrubbed_env(home: str) -> dict[str, str]:
+def scrubbed_env(home: str) -> dict[str, str]:
+    """A run's whole environment (module docstring): nothing of the host's is inherited."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
            "PYTHONDONTWRITEBYTECODE": "1", "HOME": home}
     env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
@@ -216,15 +275,15 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _read_output(path: str, cap: int) -> tuple[bytes, int, bytes]:
-    """The first ``cap`` bytes of a file, its size and its last :data:`_TAIL_BYTES` bytes."""
+def read_output(path: str, cap: int) -> tuple[bytes, int, bytes]:
+    """The first ``cap`` bytes of a file, its size and its last :data:`TAIL_BYTES` bytes."""
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             head = handle.read(cap)
             if size <= cap:
-                return head, size, head[-_TAIL_BYTES:]
-            handle.seek(max(cap, size - _TAIL_BYTES))
-            return head, size, handle.read(_TAIL_BYTES)
+                return head, size, head[-TAIL_BYTES:]
+            handle.seek(max(cap, size - TAIL_BYTES))
+            return head, size, handle.read(TAIL_BYTES)
     except OSError:
         return b"", 0, b""

@@ -26,6 +26,10 @@ Best-effort, from what the host can observe after the run; the first rule that m
 
 Stderr is read at its end for this, even when the part returned is cut; a program that writes
 after its fatal error, or forges such a line, misleads the guess (it never changes ``ok``).
+
+Near the bottom of the package: it imports only :mod:`~pettingllms_envs.sandbox.capabilities`
+and :mod:`~pettingllms_envs.sandbox.interpreter`, so every launcher can build its results with
+:func:`make_result` without an import cycle.
 """
 
 from __future__ import annotations
@@ -34,16 +38,16 @@ import dataclasses
 import math
 import re
 import signal
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .probe import SandboxCapabilities
+from .capabilities import SandboxCapabilities, check_launcher
+from .interpreter import check_packages
 
 #: What the scratch folder's path reads as in returned stdout/stderr.
 SCRATCH_PLACEHOLDER = "/sandbox"
 #: Values of :attr:`SandboxResult.limit_hit` (see the module docstring for how each is detected).
 LIMIT_HITS = ("wall_time", "cpu_time", "memory", "file_size", "processes", "output")
-_TAIL_BYTES = 2048  # end of stderr kept for limit detection
+#: How many bytes of a run's stderr end are kept for limit detection (:func:`make_result`).
+TAIL_BYTES = 2048
 _CPU_SLACK_S = 0.1
 _LIMIT_WORDS = {"wall_time": "wall-clock limit", "cpu_time": "CPU time limit",
                 "memory": "memory limit", "file_size": "file size limit",
@@ -94,9 +98,6 @@ class SandboxLimits:
     packages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from .bwrap import check_packages  # no cycle: bwrap imports nothing of the package
-        from .probe import check_launcher
-
         if self.launcher is not None:
             check_launcher(self.launcher, "SandboxLimits.launcher")
         object.__setattr__(self, "packages", check_packages(self.packages))
@@ -183,15 +184,20 @@ class SandboxResult:
         return reason
 
 
-def _make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: bytes,
+def make_result(*, out: bytes, out_size: int, err: bytes, err_size: int, tail: bytes,
                  returncode: int, timed_out: bool, cpu_time_s: float, wall_time_s: float,
                  pids_max_hit: bool | None, limits: SandboxLimits, caps: SandboxCapabilities,
                  scratch: str, base: str, memory_hit: bool = False) -> SandboxResult:
+    """The :class:`SandboxResult` of a run that started, from what the host observed: output
+    bytes (``out``/``err`` at most ``max_output_bytes`` are kept, ``tail`` is stderr's end),
+    sizes, exit status and times; every launcher and the batch harness report through it, so
+    a result means the same whichever produced it."""
     cap = limits.max_output_bytes
     truncated = out_size > cap or err_size > cap
-    stderr_tail = _decode(tail, scratch, base)
+    stderr_tail = decode_output(tail, scratch, base)
     return SandboxResult(
-        stdout=_decode(out[:cap], scratch, base), stderr=_decode(err[:cap], scratch, base),
+        stdout=decode_output(out[:cap], scratch, base),
+        stderr=decode_output(err[:cap], scratch, base),
         exit_code=returncode, timed_out=timed_out,
         killed_by_signal=-returncode if returncode < 0 else None, output_truncated=truncated,
         network_isolated=caps.network_isolated, wall_time_s=wall_time_s,
@@ -227,7 +233,7 @@ def _limit_hit(*, timed_out: bool, returncode: int, cpu_time_s: float, limits: S
     return "output" if output_truncated else None
 
 
-def _decode(data: bytes, scratch: str, base: str) -> str:
+def decode_output(data: bytes, scratch: str, base: str) -> str:
     """Output bytes as text. The random folder names (tracebacks name the script by its
     absolute path) become ``/sandbox`` so identical programs give identical text, which the
     AT-GRPO clone contract needs."""

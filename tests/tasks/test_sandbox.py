@@ -34,7 +34,7 @@ from pettingllms_envs.sandbox import (
     run_python_batch,
     sandbox_capabilities,
 )
-from pettingllms_envs.sandbox import batch, filesystem, probe, runner
+from pettingllms_envs.sandbox import batch, filesystem, runner, unshare
 
 FAST = SandboxLimits(wall_time_s=3, cpu_time_s=3)
 REPO = Path(__file__).resolve().parents[2]
@@ -454,8 +454,8 @@ def test_a_failing_read_only_setup_means_the_program_does_not_run(monkeypatch):
 def test_where_the_read_only_setup_fails_the_probe_says_so_and_runs_go_on(monkeypatch):
     """The probe's read-only attempt fails (a stand-in preamble that only exits 125): the
     capabilities say why, and runs start without the preamble, as they did before it."""
-    monkeypatch.setattr(filesystem, "_FS_PREAMBLE", "import sys\nsys.exit(125)")
-    caps = probe._probe(sys.executable)
+    monkeypatch.setattr(filesystem, "FS_PREAMBLE", "import sys\nsys.exit(125)")
+    caps = unshare.probe(sys.executable)
     assert not caps.filesystem_readonly
     assert any(note.startswith("file system NOT read-only") for note in caps.notes), caps.notes
     assert caps.network_isolated == sandbox_capabilities().network_isolated
@@ -661,7 +661,7 @@ def test_hostile_inputs_in_a_batch_do_not_poison_the_others(monkeypatch):
 def test_batch_that_outlives_its_overall_budget_reports_every_input(monkeypatch):
     """The batch clock (here 2 s for 20 inputs of 0.4 s) kills the harness: the inputs done
     keep their results, the one running is timed out, the rest are reported as not run."""
-    monkeypatch.setattr(batch, "_batch_budget_s", lambda limits, count: 2.0)
+    monkeypatch.setattr(batch, "batch_budget_s", lambda limits, count: 2.0)
     started = time.monotonic()
     results = run_python_batch("import time\ntime.sleep(0.4)\nprint('done')", [""] * 20,
                                limits=SandboxLimits(wall_time_s=5))
@@ -692,9 +692,9 @@ def test_batch_restarts_the_harness_for_inputs_after_a_harness_death(monkeypatch
         else:
             results.update({i: SandboxResult(data.decode(), "", 0, False, None, False, True,
                                              0.1) for i, data in cases[1:]})
-        return batch._HarnessOutcome(results, False, None, "killed")
+        return batch.HarnessOutcome(results, False, None, "killed")
 
-    monkeypatch.setattr(batch, "_run_harness", fake_harness)
+    monkeypatch.setattr(batch, "run_harness", fake_harness)
     results = run_python_batch("ignored", ["a", "b", "c", "d"])
     assert calls == [[0, 1, 2, 3], [2, 3]]
     assert [r.stdout for r in results] == ["a", "", "c", "d"]
@@ -702,7 +702,7 @@ def test_batch_restarts_the_harness_for_inputs_after_a_harness_death(monkeypatch
 
 
 def test_batch_falls_back_to_single_runs_when_the_harness_cannot_run(monkeypatch):
-    monkeypatch.setattr(batch, "_run_harness", lambda *args: batch._HarnessOutcome(
+    monkeypatch.setattr(batch, "run_harness", lambda *args: batch.HarnessOutcome(
         {}, False, None, "SyntaxError: this interpreter cannot run the harness"))
     results = run_python_batch("print(int(input()) + 1)", ["1", "2"], limits=FAST)
     assert [r.stdout for r in results] == ["2\n", "3\n"]

@@ -28,7 +28,7 @@ from pettingllms_envs.math import MathEnv
 from pettingllms_envs import sandbox
 from pettingllms_envs.sandbox import (LAUNCHER_ENV_VAR, LAUNCHERS, SandboxLimits,
                                       SandboxUnavailableError, bwrap, probe, run_python,
-                                      sandbox_capabilities)
+                                      sandbox_capabilities, unshare)
 from pettingllms_envs.sandbox.cleanup import remove_tree
 
 FAST = SandboxLimits(wall_time_s=20, cpu_time_s=20)
@@ -178,8 +178,7 @@ def broken_bubblewrap(monkeypatch):
     monkeypatch.setattr(probe, "_CAPS_CACHE", {})
     monkeypatch.setattr(probe, "_ANNOUNCED", set())
     monkeypatch.setattr(bwrap, "find_bwrap", lambda: "/usr/bin/bwrap")
-    monkeypatch.setattr(probe, "_probe_bubblewrap",
-                        lambda python: (None, "the probe run failed (simulated)"))
+    monkeypatch.setattr(bwrap, "probe", lambda python: (None, "the probe run failed (simulated)"))
     monkeypatch.delenv(LAUNCHER_ENV_VAR, raising=False)
 
 
@@ -199,7 +198,7 @@ def test_bubblewrap_failing_its_probe_stops_the_run_with_the_reason_and_the_fix(
 
 
 def test_the_weaker_launcher_runs_when_chosen_explicitly(broken_bubblewrap, monkeypatch):
-    if not probe._probe(sys.executable).launcher:
+    if not unshare.probe(sys.executable).launcher:
         pytest.skip("no unshare launcher works here")
     env = MathEnv(sandbox={"launcher": "unshare"})
     assert env.sandbox_limits.launcher == "unshare"

@@ -9,7 +9,8 @@ import pytest
 
 from pettingllms_envs import code_values
 from pettingllms_envs.sandbox import LAUNCHER_ENV_VAR, LAUNCHERS, sandbox_capabilities
-from pettingllms_envs.sandbox.bwrap import InterpreterLayout, bwrap_argv
+from pettingllms_envs.sandbox.bwrap import bwrap_argv
+from pettingllms_envs.sandbox.interpreter import InterpreterLayout
 from pettingllms_envs.sandbox.seccomp import BLOCKED_SYSCALLS, seccomp_program
 
 
