@@ -16,6 +16,8 @@ The layout it reads (Ray 2.x's new API stack; Tune numbers the saves of a trial)
             rllib_checkpoint.json                 RLlib's metadata of an Algorithm checkpoint
             class_and_ctor_args.pkl               the class and its config (read without Ray)
             algorithm_state.pkl                   the algorithm's state, its iteration among it
+            engine_spec.json                      what generates for its modules (this library;
+                                                  checkpoints before 2026-12-06 lack it)
             learner_group/
                 learner/rl_module/                the MultiRLModule, one sub-folder per module
                 pools/<pool>/learner/rl_module/   ... or, with resource pools, one per pool
@@ -35,8 +37,9 @@ from pettingllms_rllib.trial_results import ITERATION_KEY, RESULT_FILE
 __all__ = [
     "ALGORITHM_STATE_FILE", "CHECKPOINT_PREFIX", "CTOR_ARGS_FILE", "LEARNER_DIR",
     "LEARNER_GROUP_DIR", "METADATA_FILE", "POOLED_STATE_FILE", "POOLS_DIR", "RL_MODULE_DIR",
-    "checkpoint_iteration", "is_algorithm_checkpoint", "module_dirs", "read_config",
-    "resolve", "training_budget", "trial_checkpoints",
+    "ENGINE_SPEC_FILE", "checkpoint_iteration", "is_algorithm_checkpoint", "module_dirs",
+    "read_config", "read_engine_spec", "resolve", "training_budget", "trial_checkpoints",
+    "write_engine_spec",
 ]
 
 #: How Tune names a trial's checkpoint folders: this prefix and the save's number, zero-padded
@@ -61,6 +64,9 @@ LEARNER_DIR = "learner"
 #: The MultiRLModule's component folder in a learner checkpoint, one sub-folder per module
 #: (``ray.rllib.core.COMPONENT_RL_MODULE``).
 RL_MODULE_DIR = "rl_module"
+#: The run's :class:`~pettingllms_rllib.engines.spec.EngineSpec` as JSON, written by ``ATGRPO``
+#: beside RLlib's files in every algorithm checkpoint.
+ENGINE_SPEC_FILE = "engine_spec.json"
 #: The sub-folder of ``learner_group/`` holding one LearnerGroup checkpoint per resource pool
 #: (written by :class:`~pettingllms_rllib.algorithms.resource_pools.PooledLearnerGroup`).
 POOLS_DIR = "pools"
@@ -112,6 +118,18 @@ def read_config(checkpoint: str | Path) -> dict[str, Any]:
         stored = pickle.load(handle)
     (config,) = stored["ctor_args_and_kwargs"][0]
     return config
+
+
+def write_engine_spec(checkpoint: str | Path, spec_json: str) -> None:
+    """Write the run's engine spec (``EngineSpec.to_json()``) into an algorithm checkpoint."""
+    (Path(checkpoint) / ENGINE_SPEC_FILE).write_text(spec_json)
+
+
+def read_engine_spec(checkpoint: str | Path) -> str | None:
+    """The engine spec JSON of an algorithm checkpoint, or None for one written before the
+    spec was saved (the caller derives it from :func:`read_config`)."""
+    path = Path(checkpoint) / ENGINE_SPEC_FILE
+    return path.read_text() if path.is_file() else None
 
 
 def module_dirs(checkpoint: str | Path) -> list[Path]:

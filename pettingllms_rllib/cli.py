@@ -313,6 +313,7 @@ def _eval(args: argparse.Namespace) -> int:
     import json
 
     from pettingllms_rllib import checkpoints
+    from pettingllms_rllib.engines import engine_kind
     from pettingllms_rllib.evaluation import evaluate as ev
     from pettingllms_rllib.evaluation.metrics import markdown_table
     from pettingllms_rllib.envs.registry import make_text_env
@@ -327,6 +328,8 @@ def _eval(args: argparse.Namespace) -> int:
         logger.error("%s", exc)
         return 2
     try:
+        if args.engine is not None:  # its package missing (vLLM): the install hint, first
+            engine_kind(args.engine).require()
         env_config = json.loads(args.env_config) if args.env_config else None
         if args.checkpoint and args.config:
             raise ValueError("--config is for --base-model: a checkpoint carries its own "
@@ -378,8 +381,9 @@ def _eval(args: argparse.Namespace) -> int:
             distinct_instances=not args.allow_repeated_instances)
         label = args.label or Path(args.out).name
         record = ev.run_evaluation(policies, settings, args.out, label=label, arm=args.arm,
-                                   seed=args.train_seed, training_budget=budget)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+                                   seed=args.train_seed, training_budget=budget,
+                                   engine=args.engine)
+    except (ValueError, KeyError, FileNotFoundError, ImportError) as exc:
         logger.error("%s", exc)
         return 2
     sys.stdout.write(markdown_table([record]) + "\n")
@@ -449,6 +453,7 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pettingllms_rllib.engines import CHECKPOINT_ENGINES
     from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT
 
     parser = argparse.ArgumentParser(prog="pettingllms-rllib", description=__doc__.split("\n")[0])
@@ -526,6 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--first-seed", type=int, default=TRAIN_SEED_LIMIT,
                             help="first evaluation instance (task seed); at least the default "
                                  f"{TRAIN_SEED_LIMIT}, so no training instance is evaluated")
+    evaluation.add_argument("--engine", choices=CHECKPOINT_ENGINES, default=None,
+                            help="what generates (default: the checkpoint's engine; hf for "
+                                 "--base-model); vllm loads the same weights, as serve does")
     evaluation.add_argument("--label", help="row label (default: the --out folder name)")
     evaluation.add_argument("--arm", help="what is compared; seeds of one arm are aggregated")
     evaluation.add_argument("--train-seed", type=int, default=None,
@@ -540,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--host", default="127.0.0.1",
                          help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     serving.add_argument("--port", type=int, default=8000)
-    serving.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+    serving.add_argument("--engine", choices=CHECKPOINT_ENGINES, default="hf",
                          help="hf: the checkpoint's torch modules (as eval); vllm: vLLM loads "
                               "the same weights (one adapter per LoRA module)")
     serving.add_argument("--num-replicas", type=int, default=1,

@@ -94,10 +94,13 @@ def test_mapping_helpers():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("training.advantage_normalization=zscore", "normalization='zscore'; accepted"),
+    ("training.advantage_normalization=zscore",
+     "training.advantage_normalization: 'zscore' is not accepted; expected one of 'std', 'mean'"),
+    ("training.rollout=beam", "training.rollout: 'beam' is not accepted; expected one of"),
+    ("llm.engine=sglang", "llm.engine: 'sglang' is not accepted; expected one of 'hf', 'vllm'"),
     ("llm.temperature=0", r"llm.temperature: 0 is not accepted; expected a finite number > 0"),
 ])
-def test_option_values_are_checked_by_their_own_classes(tmp_path, override, message):
+def test_option_values_are_checked_by_their_declared_fields(tmp_path, override, message):
     with pytest.raises(ExperimentError, match=message):
         load_experiment(write(tmp_path, GOOD), [override])
 

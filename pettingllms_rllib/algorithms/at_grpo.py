@@ -53,6 +53,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+from pettingllms_rllib import checkpoints
 from pettingllms_rllib.algorithms.config import ATGRPOConfig
 from pettingllms_rllib.algorithms.held_out import HeldOutEvaluation
 from pettingllms_rllib.algorithms.pool_schedule import PoolSchedule, WeightsLagError
@@ -129,6 +130,14 @@ class ATGRPO(Algorithm):
     @override(Algorithm)
     def get_default_config(cls) -> ATGRPOConfig:
         return ATGRPOConfig()
+
+    @override(Algorithm)
+    def save_to_path(self, path=None, **kwargs) -> str:
+        """RLlib's checkpoint, plus the run's engine spec (``checkpoints.ENGINE_SPEC_FILE``),
+        which ``eval`` and ``serve`` start their engine from."""
+        path = super().save_to_path(path, **kwargs)
+        checkpoints.write_engine_spec(path, self.config.engine_spec.to_json())
+        return path
 
     @classmethod
     @override(Algorithm)

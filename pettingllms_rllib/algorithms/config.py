@@ -22,6 +22,8 @@ mapping targets, K, T, model availability) so a bad config fails before any Ray 
 
 from __future__ import annotations
 
+import copy
+import inspect
 import logging
 from typing import Any
 
@@ -30,15 +32,16 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.annotations import override
 
+from pettingllms_rllib.algorithms.config_fields import (KNOBS, RLLIB_DEFAULTS, section_knobs,
+                                                        setter_docstring, setter_signature)
 from pettingllms_rllib.core.advantages import AdvantageConfig
-from pettingllms_rllib.engines import MODULE_ENGINES, find_engine_kind
+from pettingllms_rllib.engines import find_engine_kind
 from pettingllms_rllib.engines.base import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
-ENGINES = tuple(MODULE_ENGINES)
-ROLLOUTS = ("tree", "trajectories")
-AUTOCAST_DTYPES = (None, "bfloat16", "float16")
+#: ``.training``'s own keys; it passes the others on to RLlib's.
+_TRAINING_KEYS = frozenset(knob.key for knob in section_knobs("training"))
 #: Key under which a Tune grid over whole configs is resolved (see ``experiment.py``).
 GRID_KEY = "__grid__"
 
@@ -86,51 +89,9 @@ class ATGRPOConfig(AlgorithmConfig):
         silence_known_noise()  # before RLlib validates: its "new API stack" warning (quiet.py)
 
         super().__init__(algo_class=algo_class or ATGRPO)
-        # --- .llm(): model and sampling (each documented in ``llm``'s Args)
-        self.llm_model = "smollm2-135m-instruct"  # RLlib's own ``model`` is the old-stack dict
-        self.tiny_model_config = None
-        self.model_dtype = "auto"
-        self.lora = None
-        self.max_new_tokens = 64
-        self.temperature = 1.0
-        self.system_prompt = None
-        self.engine = "hf"
-        self.vllm_gpu_memory_utilization = 0.5
-        self.vllm_kv_cache_gib = None
-        self.vllm_max_model_len = None
-        self.vllm_enforce_eager = False
-        self.vllm_engine_kwargs = None
-        self.vllm_weight_sync_dir = None
-        self.generation_batch_size = None
-        self.logprob_chunk_size = 1024
-        self.gradient_checkpointing = False
-        self.gpu_memory_gib = None
-        self.autocast_dtype = None
-
-        # --- .training(): AT-GRPO (each documented in ``training``'s Args)
-        self.num_branches = 4
-        self.rollout = "tree"
-        self.num_tasks_per_iteration = 8
-        self.advantage_normalization = "std"
-        self.advantage_scale_scope = "group"
-        self.frozen_modules = None
-        self.drop_zero_variance_groups = False
-        self.advantage_eps = 1e-6
-        self.clip_eps_low = 0.2
-        self.clip_eps_high = 0.28
-        self.dual_clip = 3.0
-        self.kl_coef = 0.0
-        self.entropy_coef = 0.0
-        self.mask_truncated_responses = False
-        self.shared_prefix_training = True
-        self.async_rollout = False
-        self.max_staleness = None
-        self.importance_sampling_cap = 2.0
-        self.stage_credit = "auto"
-        self.start_from_checkpoint = None
-
-        # --- .resource_pools(): one learner group per pool of modules (documented there)
-        self.resource_pool_specs = None
+        # --- .llm(), .training(), .resource_pools(): declared once, in config_fields.KNOBS
+        for knob in KNOBS:
+            setattr(self, knob.stored_as, copy.deepcopy(knob.default))
 
         # --- RLlib defaults we change
         self.env_runner_cls = LLMEnvRunner
@@ -142,241 +103,56 @@ class ATGRPOConfig(AlgorithmConfig):
         #: have no connectors, and weights travel with their version in ``training_step``. It
         #: was also the one call where a dead runner surfaced as Ray's raw actor error.
         self._dont_auto_sync_env_runner_states = True
-        self.lr = 1e-5
-        #: Passes over each module's rows per update; every row is used exactly this often
-        #: (``core/minibatching.py``, not RLlib's cyclic iterator).
-        self.num_epochs = 1
-        #: Samples (responses) per learner step and module; a minibatch is whole prompt groups.
-        #: 8 by default, so a config that does not think about memory still fits a CPU
-        #: machine (a SmolLM2 learner took 9.5 GB with the whole batch in one step). None = a
-        #: module's whole batch in one step.
-        self.minibatch_size = 8
-        self.grad_clip = 1.0
-        self.grad_clip_by = "global_norm"
-        self.num_env_runners = 0
+        for name, value in RLLIB_DEFAULTS.items():  # their reasons are in config_fields
+            setattr(self, name, value)
 
     # ------------------------------------------------------------------ fluent sections
-    def _set_provided(self, **values) -> "ATGRPOConfig":
-        """Set each named attribute whose value was given (RLlib's ``NotProvided`` = keep)."""
-        for attribute, value in values.items():
-            if value is not NotProvided:
-                setattr(self, attribute, value)
+    def _set_knobs(self, section: str, values: dict[str, Any],
+                   passed_on: frozenset[str] = frozenset()) -> "ATGRPOConfig":
+        """Store each given knob of ``section`` (RLlib's ``NotProvided`` = keep); an unknown
+        keyword raises, listing the section's keys (and ``passed_on``, the keys the caller
+        hands to RLlib's setter)."""
+        knobs = {knob.key: knob for knob in section_knobs(section)}
+        unknown = sorted(set(values) - set(knobs) - passed_on)
+        if unknown:
+            raise TypeError(f"ATGRPOConfig.{section}() got unknown keyword(s) {unknown}; "
+                            f"accepted: {sorted(set(knobs) | passed_on)}")
+        for key, value in values.items():
+            if key in knobs and value is not NotProvided:
+                setattr(self, knobs[key].stored_as, value)
         return self
 
-    def llm(self, *, model: str = NotProvided, tiny_model_config: dict | None = NotProvided,
-            model_dtype: str = NotProvided, lora: dict | None = NotProvided,
-            max_new_tokens: int = NotProvided, temperature: float = NotProvided,
-            system_prompt: str | None = NotProvided, engine: str = NotProvided,
-            generation_batch_size: int | None = NotProvided,
-            logprob_chunk_size: int = NotProvided, gradient_checkpointing: bool = NotProvided,
-            autocast_dtype: str | None = NotProvided, gpu_memory_gib: float | None = NotProvided,
-            vllm_gpu_memory_utilization: float = NotProvided,
-            vllm_kv_cache_gib: float | None = NotProvided,
-            vllm_weight_sync_dir: str | None = NotProvided,
-            vllm_max_model_len: int | None = NotProvided, vllm_enforce_eager: bool = NotProvided,
-            vllm_engine_kwargs: dict | None = NotProvided) -> "ATGRPOConfig":
-        """The model, LoRA or full fine-tuning, and how responses are sampled and scored.
+    # The setters' keywords and Args: come from config_fields.KNOBS (one declaration a knob);
+    # ``help(ATGRPOConfig.llm)`` and ``inspect.signature`` show them.
+    def llm(self, **values) -> "ATGRPOConfig":
+        return self._set_knobs("llm", values)
 
-        Args:
-            model: "smollm2-135m-instruct" (bundled, the default), "tiny-random", a local folder
-                (or ``.gguf`` file) or a hub id. Stored as ``llm_model``.
-            tiny_model_config: overrides of the tiny random llama config (only with
-                ``model="tiny-random"``).
-            model_dtype: "auto" (the default: bf16 generation and a bf16 LoRA base where the
-                device computes bf16 fast, i.e. a CPU reporting ``amx_bf16`` or
-                ``avx512_bf16`` or a GPU with bf16; fp32 elsewhere; trained weights, adapters
-                and optimizer states stay fp32: ``models/precision.py``), or "float32",
-                "bfloat16", "float16" used as given everywhere.
-            lora: peft ``LoraConfig`` keyword arguments; None (the default) = full fine-tuning.
-                With LoRA all modules share one base model and each ModuleID gets its own
-                adapter.
-            max_new_tokens: cap on tokens per response (64); at most the model's context
-                length (``max_position_embeddings`` of its config, checked by ``validate``).
-            temperature: sampling temperature (1.0); the learner's log-probs use the same one,
-                so the policy/behaviour ratio starts at 1.
-            system_prompt: optional system prompt prepended to every agent's chat.
-            engine: "hf" (HF transformers, on the CPU or the runner's GPU when
-                ``num_gpus_per_env_runner > 0``) or "vllm" (one engine per env runner, weights
-                synced into it after every update; docs/gpu.md).
-            generation_batch_size: split generation into chunks of at most this many sequences
-                (None = no split).
-            logprob_chunk_size: response tokens per chunk of the learner's LM-head pass; bounds
-                the logits' memory (1024).
-            gradient_checkpointing: recompute decoder activations in the learner's backward
-                pass instead of storing them: on SmolLM2, 16 x 256 tokens took 3.5 GB instead
-                of 7.6 GB for ~13% more time (bench/RESULTS.md). Never applies to the runners'
-                inference-only copies.
-            autocast_dtype: run learner forward passes under ``torch.autocast`` with this dtype
-                ("bfloat16" on GPUs keeps fp32 master weights and optimizer states while
-                computing in bf16); None = off.
-            gpu_memory_gib: memory of each GPU for the pre-run memory check when the machine
-                that validates the config has no GPU (a CPU head node); None = ask CUDA, or
-                leave the check to each GPU learner.
-            vllm_gpu_memory_utilization: vLLM only: share of the runner's GPU the engine may
-                take for weights and KV cache (0.5).
-            vllm_kv_cache_gib: vLLM only: KV-cache GiB per engine, overriding the
-                utilization-based sizing (None = vLLM's sizing on GPUs, 1 GiB on CPUs, where
-                vLLM would take half the RAM).
-            vllm_weight_sync_dir: vLLM with full fine-tuning: a directory every learner and env
-                runner can read; after each update learner 0 writes the trained models there as
-                safetensors and the runners load them, instead of sending gigabytes through
-                Ray's object store. None = the object store. Ignored with LoRA.
-            vllm_max_model_len: vLLM only: longest prompt + response in tokens (None = the
-                model's maximum).
-            vllm_enforce_eager: vLLM only: skip CUDA-graph capture (starts faster, decodes
-                slower).
-            vllm_engine_kwargs: vLLM only: further ``vllm.LLM`` keyword arguments, passed
-                through unchanged.
-
-        Returns:
-            This updated config.
-        """
-        return self._set_provided(
-            llm_model=model, tiny_model_config=tiny_model_config, model_dtype=model_dtype,
-            lora=lora, max_new_tokens=max_new_tokens, temperature=temperature,
-            system_prompt=system_prompt, engine=engine,
-            generation_batch_size=generation_batch_size, logprob_chunk_size=logprob_chunk_size,
-            gradient_checkpointing=gradient_checkpointing, autocast_dtype=autocast_dtype,
-            gpu_memory_gib=gpu_memory_gib, vllm_gpu_memory_utilization=vllm_gpu_memory_utilization,
-            vllm_kv_cache_gib=vllm_kv_cache_gib, vllm_weight_sync_dir=vllm_weight_sync_dir,
-            vllm_max_model_len=vllm_max_model_len, vllm_enforce_eager=vllm_enforce_eager,
-            vllm_engine_kwargs=vllm_engine_kwargs)
+    llm.__signature__ = setter_signature("llm")
+    llm.__doc__ = setter_docstring(
+        "llm", "The model, LoRA or full fine-tuning, and how responses are sampled and scored.")
 
     @override(AlgorithmConfig)
-    def training(self, *, num_branches: int = NotProvided, rollout: str = NotProvided,
-                 num_tasks_per_iteration: int = NotProvided,
-                 frozen_modules: list[str] | None = NotProvided,
-                 advantage_normalization: str = NotProvided,
-                 advantage_scale_scope: str = NotProvided,
-                 drop_zero_variance_groups: bool = NotProvided,
-                 advantage_eps: float = NotProvided, clip_eps_low: float = NotProvided,
-                 clip_eps_high: float = NotProvided, dual_clip: float | None = NotProvided,
-                 kl_coef: float = NotProvided, entropy_coef: float = NotProvided,
-                 mask_truncated_responses: bool = NotProvided,
-                 shared_prefix_training: bool = NotProvided,
-                 async_rollout: bool = NotProvided, max_staleness: int | None = NotProvided,
-                 importance_sampling_cap: float = NotProvided,
-                 stage_credit: str = NotProvided,
-                 start_from_checkpoint: str | None = NotProvided, **kwargs) -> "ATGRPOConfig":
-        """AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.
+    def training(self, **values) -> "ATGRPOConfig":
+        rllib_keys = frozenset(inspect.signature(AlgorithmConfig.training).parameters) - {"self"}
+        self._set_knobs("training", values, passed_on=rllib_keys)
+        return super().training(**{key: value for key, value in values.items()
+                                   if key not in _TRAINING_KEYS})
 
-        Args:
-            num_branches: K, candidates branched per (task, agent, turn) (with
-                ``rollout="trajectories"``: K independent trajectories per task); >= 2, so a
-                group has a baseline, and <= ``config_fields.MAX_BRANCHES`` (256) (4).
-            rollout: "tree" (AT-GRPO's tree sampling, groups keyed by (task, agent, turn);
-                the default) or "trajectories" (the vanilla multi-agent GRPO baseline: K
-                independent trajectories per task, each response rewarded with its agent's
-                trajectory return, ONE group per task; ``core/trajectory_sampler.py``).
-            num_tasks_per_iteration: task instances (tree roots) per training iteration, split
-                across env runners; <= ``config_fields.MAX_TASKS_PER_ITERATION`` (4096) (8).
-            frozen_modules: modules that act but are never trained (ablation: train one role
-                alone against the other's frozen base); None = train every module.
-            advantage_normalization: "std" (GRPO, the default) or "mean" (Dr. GRPO).
-            advantage_scale_scope: "group" (the default) or "agent" (a Dr. MAS-style scale:
-                the std of all that agent's rewards in the batch).
-            drop_zero_variance_groups: drop groups whose K rewards are equal from the batch
-                (DAPO) instead of training them with advantage 0.
-            advantage_eps: added to the std in the advantage (1e-6).
-            clip_eps_low: the ratio is clipped to ``[1 - clip_eps_low, 1 + clip_eps_high]``
-                (0.2).
-            clip_eps_high: see ``clip_eps_low`` (0.28, DAPO's clip-higher).
-            dual_clip: dual-clip constant c > 1 for negative advantages (3.0); None disables.
-            kl_coef: weight of the KL penalty to the starting model (TRL's ``beta``; the k3
-                estimator per response token, ``core/loss.py``). The reference is, for LoRA,
-                the base with the adapters switched off (no copy); for full fine-tuning a
-                frozen copy per module, loaded on learners only when this is > 0. 0 = no
-                penalty (the default, as in the paper).
-            entropy_coef: weight of an entropy bonus: each response token's loss is lowered
-                by this times the policy's entropy at that position (at the sampling
-                temperature; PPO's entropy term, ``core/loss.py``), meant to hold off a
-                collapse onto one answer (not yet tried on a task). 0 = no bonus (the
-                default, as in the paper). With a bonus the learner keeps the entropy's
-                gradient through the LM head's chunks (one more ``chunk x vocab`` backward
-                per chunk).
-            mask_truncated_responses: leave responses cut off at ``max_new_tokens`` out of the
-                loss (DAPO's overlong filtering, arXiv 2503.14476 Sec. 3.4): they still count
-                in their group's reward statistics, but a half-written answer is neither
-                rewarded nor punished for how it was cut. Off by default; the share of
-                truncated responses is logged either way
-                (``env_runners/agent/<agent>/truncated_fraction``).
-            shared_prefix_training: learner batches hold each distinct prompt once with its K
-                responses after it, so the prompt's forward and backward run once per group
-                instead of once per candidate (same loss and gradients; 3x learner throughput
-                on the main job, bench/RESULTS.md). False = one row per sample (needed for
-                attention kernels without custom masks, e.g. flash-attention).
-            async_rollout: overlap rollout and training (one-step off-policy): the env
-                runners sample iteration n+1 while the learners train on iteration n, with the
-                weights of update n-1. With ``.resource_pools``, each pool updates on its own
-                schedule and staleness is per module (``pool_schedule.py``). Needs remote env
-                runners (``num_env_runners >= 1``). Off by default (the synchronous algorithm).
-            max_staleness: the most weights versions a trained response may lag the learner
-                (0 = on-policy, the synchronous algorithm; 1 = one-step off-policy, the only
-                depth ``async_rollout`` builds). None = 1 with ``async_rollout``, else 0. A
-                batch that lags more (a runner that kept old weights) fails the iteration.
-            importance_sampling_cap: C of the token-level truncated importance weight
-                ``min(pi_learner_before_update / pi_behaviour, C)`` applied to responses
-                sampled with older weights than the learner's (2.0; ``core/loss.py``).
-            stage_credit: "auto" (the default), "turn" or "none" (``core/tree_sampler.py``).
-                With stage credit (beyond the paper), a candidate of a stage that does not
-                end its turn (the tool before the planner, a hint before the answer) is
-                played on from its clone to the turn's end, one sampled answer per later
-                stage, and its team part is the team reward the turn reached (``alpha *
-                team``); it costs one extra answer per candidate and later stage, and
-                nothing where agents act in parallel. "auto" applies it wherever a stage
-                does not end its turn (tree rollouts; ignored by trajectories); "turn" also
-                warns once when it never applies; "none" is the paper's immediate reward.
-                Rewards an env pays to idle agents reach training under every setting
-                (docs/custom_env.md, "The reward contract").
-            start_from_checkpoint: a checkpoint of an earlier AT-GRPO run (a trial's
-                ``checkpoint_N`` folder) to start from instead of the base model: its modules,
-                optimiser states, iteration count and lifetime counters (generated tokens, env
-                steps) are restored once the algorithm is built, so a finished run can go on
-                as a new experiment under a larger budget (Tune's ``--resume`` keeps the old
-                stop criterion). Its modules must be this config's. The held-out evaluation
-                of the untrained team is skipped (the first run measured it) and
-                ``evaluation/untrained_success_rate`` is NaN. None = the base model (the
-                default).
-            **kwargs: RLlib's ``AlgorithmConfig.training`` arguments (``lr``, ``grad_clip``,
-                ``num_epochs``: passes over each module's rows per update, every row used
-                exactly this often; ``minibatch_size``: samples per learner step and module,
-                whole prompt groups, 8 by default, None = a module's whole batch in one step).
+    training.__signature__ = setter_signature("training", var_keyword=True)
+    training.__doc__ = setter_docstring(
+        "training", "AT-GRPO itself (arXiv 2510.11062), plus RLlib's usual training settings.",
+        kwargs_doc="RLlib's ``AlgorithmConfig.training`` arguments (``lr``, ``grad_clip``, "
+        "``num_epochs``: passes over each module's rows per update, every row used exactly "
+        "this often; ``minibatch_size``: samples per learner step and module, whole prompt "
+        "groups, None = a module's whole batch in one step).")
 
-        Returns:
-            This updated config.
-        """
-        super().training(**kwargs)
-        return self._set_provided(
-            num_branches=num_branches, rollout=rollout,
-            num_tasks_per_iteration=num_tasks_per_iteration, frozen_modules=frozen_modules,
-            advantage_normalization=advantage_normalization,
-            advantage_scale_scope=advantage_scale_scope,
-            drop_zero_variance_groups=drop_zero_variance_groups, advantage_eps=advantage_eps,
-            clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, dual_clip=dual_clip,
-            kl_coef=kl_coef, entropy_coef=entropy_coef,
-            mask_truncated_responses=mask_truncated_responses,
-            shared_prefix_training=shared_prefix_training, async_rollout=async_rollout,
-            max_staleness=max_staleness, importance_sampling_cap=importance_sampling_cap,
-            stage_credit=stage_credit, start_from_checkpoint=start_from_checkpoint)
+    def resource_pools(self, **values) -> "ATGRPOConfig":
+        return self._set_knobs("resource_pools", values)
 
-    def resource_pools(self, *, pools: dict[str, dict] | None = NotProvided) -> "ATGRPOConfig":
-        """Train modules in separate learner groups: one resource pool per model
-        (PettingLLMs' specialised mode; ``algorithms/resource_pools.py``, docs/gpu.md).
-
-        Args:
-            pools: pool name -> ``{"modules": [module ids], "num_learners": n,
-                "num_cpus_per_learner": c, "num_gpus_per_learner": g, "lr": lr}`` (only
-                ``modules`` is required; defaults 0 learners = inside the driver, 1 CPU,
-                0 GPUs, the config's ``lr``). Every module belongs to exactly one pool; each
-                module's batch goes only to its pool, the pools update concurrently, and each
-                pool's learners hold only its modules (with a shared LoRA base, each pool
-                loads its own copy of the base). ``.learners(...)`` settings are then unused.
-                None (the default) = one learner group holding every module.
-
-        Returns:
-            This updated config.
-        """
-        return self._set_provided(resource_pool_specs=pools)
+    resource_pools.__signature__ = setter_signature("resource_pools")
+    resource_pools.__doc__ = setter_docstring(
+        "resource_pools", "Train modules in separate learner groups: one resource pool per "
+        "model (PettingLLMs' specialised mode; ``algorithms/resource_pools.py``, docs/gpu.md).")
 
     @property
     def parsed_resource_pools(self):
@@ -510,20 +286,13 @@ class ATGRPOConfig(AlgorithmConfig):
         problems = check_fields(self)
         if problems:
             self._value_error("; ".join(problems))
-        if self.rollout not in ROLLOUTS:
-            self._value_error(f"rollout={self.rollout!r}; accepted: {ROLLOUTS}")
         if self.stage_credit == "turn" and self.rollout != "tree":
             self._value_error(f"stage_credit={self.stage_credit!r} needs rollout='tree' (a "
                               f"trajectory's responses all get its return already), got "
                               f"rollout={self.rollout!r}")
-        if self.engine not in ENGINES:
-            self._value_error(f"engine={self.engine!r}; accepted: {ENGINES}")
         for field in ("num_gpus_per_env_runner", "num_gpus_per_learner"):
             if float(getattr(self, field) or 0) < 0:
                 self._value_error(f"{field} must be >= 0, got {getattr(self, field)}")
-        if self.autocast_dtype not in AUTOCAST_DTYPES:
-            self._value_error(f"autocast_dtype={self.autocast_dtype!r}; accepted: "
-                              f"{AUTOCAST_DTYPES}")
         try:  # the option classes validate themselves and name the accepted values
             _ = self.advantage_config
             SamplingConfig(max_new_tokens=int(self.max_new_tokens),
@@ -730,9 +499,16 @@ class ATGRPOConfig(AlgorithmConfig):
     def lora_kwargs(self) -> dict[str, Any] | None:
         """The full peft LoraConfig kwargs every module's adapter is built with (library
         defaults under the user's ``lora``), or None for full fine-tuning."""
-        from pettingllms_rllib.models.memory import DEFAULT_LORA
+        return self.engine_spec.lora_kwargs
 
-        return None if self.lora is None else {**DEFAULT_LORA, **self.lora}
+    @property
+    def engine_spec(self):
+        """What generates for this run's modules (:class:`~pettingllms_rllib.engines.spec.
+        EngineSpec`): the env runners start their engine from it, and every checkpoint
+        carries it for ``eval`` and ``serve``."""
+        from pettingllms_rllib.engines.spec import EngineSpec
+
+        return EngineSpec.from_config(vars(self))
 
     def _check_gpu_memory(self) -> None:
         """Refuse, before any Ray work, a model that cannot fit the GPUs the config asks for."""

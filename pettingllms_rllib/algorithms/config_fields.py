@@ -1,15 +1,20 @@
-"""Types and ranges of every config key, checked before Ray starts.
+"""Every config knob's declaration, and its types and ranges, checked before Ray starts.
+
+:data:`KNOBS` declares each setting of this library's own setters (``.llm``, ``.training``,
+``.resource_pools``) once: its section, key, default, doc and field. ``ATGRPOConfig`` takes its
+defaults from there and builds its setters' keywords and ``Args:`` docs from it
+(``setter_docstring``); docs/config.md is generated from it (``config_reference.py``).
+:data:`RLLIB_DEFAULTS` lists the RLlib settings whose default this library changes.
 
 One generic check (:func:`check_value`) runs over declared fields instead of an ``if`` per
 key. A key's field comes from, in order:
 
-1. :data:`FIELDS`, which declares the keys whose range matters (``lr > 0``, ``K >= 2``,
-   ``temperature > 0``, LoRA ``r >= 1``, ...) and the keys whose default is ``None``, so their
-   type cannot be read from it;
-2. otherwise the type of the key's default on a fresh :class:`ATGRPOConfig`: a number
-   default (int or float) makes a number field, a ``bool`` default a flag, so every RLlib
-   knob with such a default is type-checked too. Text defaults are not turned into fields,
-   because RLlib mixes them with numbers (``num_cpus_per_learner="auto"`` or ``2``).
+1. :data:`FIELDS`: the knobs' fields, and those of the RLlib keys whose range matters (``lr >
+   0``, ``num_env_runners >= 0``, ...);
+2. otherwise the type of the key's default (:func:`default_values`): a number default (int or
+   float) makes a number field, a ``bool`` default a flag, so every RLlib knob with such a
+   default is type-checked too. Text defaults are not turned into fields, because RLlib mixes
+   them with numbers (``num_cpus_per_learner="auto"`` or ``2``).
 
 The rules: an int field refuses ``4.5``, ``"4"`` and ``True``. A number field takes ints and
 floats but refuses strings, booleans, ``nan`` and ``inf``. Optional fields also take
@@ -27,15 +32,20 @@ within this host's memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Mapping
 
-from pettingllms_rllib.engines import find_engine_kind
+from pettingllms_rllib.core.advantages import NORMALIZATIONS, SCALE_SCOPES
+from pettingllms_rllib.engines import ENGINE_KINDS, find_engine_kind
 from pettingllms_rllib.models.precision import MODEL_DTYPES
 
-__all__ = ["Bound", "Field", "FIELDS", "LORA_FIELDS", "MAX_BRANCHES", "MAX_SANDBOX_SECONDS",
-           "MAX_TASKS_PER_ITERATION", "SANDBOX_LIMIT_FIELDS", "check_fields", "check_value",
-           "field_for", "lora_problems", "sandbox_problems", "stop_field", "TUNE_FIELDS"]
+__all__ = ["ATTRIBUTES", "AUTOCAST_DTYPES", "Bound", "Field", "FIELDS", "KNOBS", "Knob",
+           "LORA_FIELDS", "MAX_BRANCHES", "MAX_SANDBOX_SECONDS", "MAX_TASKS_PER_ITERATION",
+           "RLLIB_DEFAULTS", "ROLLOUTS", "SANDBOX_LIMIT_FIELDS", "attribute_of", "check_fields",
+           "check_value", "default_values", "field_for", "lora_problems", "sandbox_problems",
+           "section_knobs", "setter_docstring", "setter_signature", "stop_field",
+           "TUNE_FIELDS"]
 
 #: Most candidates per group (K, ``training.num_branches``). The paper and every shipped config
 #: use 2 to 8; 256 is 32 times the largest, and beyond it one group's K answers per (task,
@@ -160,38 +170,290 @@ _INT_POSITIVE = Field(int, minimum=1)
 _INT_OPTIONAL = Field(int, minimum=1, optional=True)
 _NONNEGATIVE = Field(float, minimum=0)
 
-#: Keys per section whose range matters, or whose default (None) says nothing of their type.
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One setting of this library's own setters (``.llm``, ``.training``, ``.resource_pools``),
+    declared once: ``ATGRPOConfig`` takes its default from here, its setter its keyword and
+    the ``Args:`` entry of its docstring, the YAML check its field, and docs/config.md all of it
+    (``config_reference.py``).
+
+    Attributes:
+        section: the setter and the experiment file's section.
+        key: the setter's keyword and the YAML key.
+        default: the value on a fresh config (copied, so mutable defaults are not shared).
+        doc: what it does and why, without its default (added where it is shown).
+        field: what it accepts; None: read from the default's type (:func:`field_for`).
+        attribute: where the config stores it, when not under ``key`` (RLlib's own ``model``
+            is the old stack's dict, so ``llm.model`` is stored as ``llm_model``).
+    """
+
+    section: str
+    key: str
+    default: Any
+    doc: str
+    field: Field | None = None
+    attribute: str | None = None
+
+    @property
+    def stored_as(self) -> str:
+        return self.attribute or self.key
+
+    @property
+    def annotation(self) -> str:
+        """The setter parameter's annotation, read from the field (else the default's type)."""
+        if self.field is not None:
+            name = self.field.kind.__name__
+            return f"{name} | None" if self.field.optional else name
+        return "Any" if self.default is None else type(self.default).__name__
+
+
+#: ``training.rollout``: AT-GRPO's tree sampling, or the vanilla multi-agent GRPO baseline.
+ROLLOUTS = ("tree", "trajectories")
+#: ``llm.autocast_dtype``: the learner's autocast dtypes (None: off).
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+
+
+def _knobs(section: str, *entries: tuple) -> tuple[Knob, ...]:
+    """``(key, default, doc[, field[, attribute]])`` entries of one section."""
+    return tuple(Knob(section, *entry) for entry in entries)
+
+
+#: Every knob of this library's own setters, in the order the setters take them.
+KNOBS: tuple[Knob, ...] = _knobs(
+    "llm",
+    ("model", "smollm2-135m-instruct",
+     '"smollm2-135m-instruct" (bundled), "tiny-random", a local folder (or ``.gguf`` file) or '
+     "a hub id.", Field(str), "llm_model"),
+    ("tiny_model_config", None,
+     'Overrides of the tiny random llama config (only with ``model="tiny-random"``).',
+     Field(dict, optional=True)),
+    ("model_dtype", "auto",
+     '"auto": bf16 generation and a bf16 LoRA base where the device computes bf16 fast (a CPU '
+     "reporting ``amx_bf16`` or ``avx512_bf16``, or a GPU with bf16), fp32 elsewhere; trained "
+     "weights, adapters and optimizer states stay fp32 (``models/precision.py``). "
+     '"float32", "bfloat16" or "float16" are used as given everywhere.',
+     Field(str, choices=MODEL_DTYPES)),
+    ("lora", None,
+     "peft ``LoraConfig`` keyword arguments; None = full fine-tuning. With LoRA all modules "
+     "share one base model and each ModuleID gets its own adapter.", Field(dict, optional=True)),
+    ("max_new_tokens", 64,
+     "Cap on tokens per response; at most the model's context length "
+     "(``max_position_embeddings`` of its config).",
+     Field(int, minimum=1, bound=RESPONSE_CONTEXT)),
+    ("temperature", 1.0,
+     "Sampling temperature; the learner's log-probs use the same one, so the "
+     "policy/behaviour ratio starts at 1.", Field(float, above=0)),
+    ("system_prompt", None, "Optional system prompt prepended to every agent's chat.",
+     Field(str, optional=True)),
+    ("engine", "hf",
+     '"hf" (HF transformers, on the CPU or the runner\'s GPU when '
+     '``num_gpus_per_env_runner > 0``) or "vllm" (one engine per env runner, weights synced '
+     "into it after every update; docs/gpu.md).", Field(str, choices=tuple(ENGINE_KINDS))),
+    ("generation_batch_size", None,
+     "Split generation into chunks of at most this many sequences (None = no split).",
+     _INT_OPTIONAL),
+    ("logprob_chunk_size", 1024,
+     "Response tokens per chunk of the learner's LM-head pass; bounds the logits' memory.",
+     _INT_POSITIVE),
+    ("gradient_checkpointing", False,
+     "Recompute decoder activations in the learner's backward pass instead of storing them: "
+     "on SmolLM2, 16 x 256 tokens took 3.5 GB instead of 7.6 GB for ~13% more time "
+     "(bench/RESULTS.md). Never applies to the runners' inference-only copies."),
+    ("autocast_dtype", None,
+     "Run learner forward passes under ``torch.autocast`` with this dtype (\"bfloat16\" on GPUs "
+     "keeps fp32 master weights and optimizer states while computing in bf16); None = off.",
+     Field(str, choices=AUTOCAST_DTYPES, optional=True)),
+    ("gpu_memory_gib", None,
+     "Memory of each GPU for the pre-run memory check when the machine that validates the "
+     "config has no GPU (a CPU head node); None = ask CUDA, or leave the check to each GPU "
+     "learner.", Field(float, above=0, optional=True)),
+    ("vllm_gpu_memory_utilization", 0.5,
+     "vLLM only: share of the runner's GPU the engine may take for weights and KV cache.",
+     Field(float, above=0, maximum=1)),
+    ("vllm_kv_cache_gib", None,
+     "vLLM only: KV-cache GiB per engine, overriding the utilization-based sizing (None = "
+     "vLLM's sizing on GPUs, 1 GiB on CPUs, where vLLM would take half the RAM).",
+     Field(float, above=0, optional=True)),
+    ("vllm_weight_sync_dir", None,
+     "vLLM with full fine-tuning: a directory every learner and env runner can read; after "
+     "each update learner 0 writes the trained models there as safetensors and the runners "
+     "load them, instead of sending gigabytes through Ray's object store. None = the object "
+     "store. Ignored with LoRA.", Field(str, optional=True)),
+    ("vllm_max_model_len", None,
+     "vLLM only: longest prompt + response in tokens (None = the model's maximum).",
+     Field(int, minimum=1, optional=True, bound=MODEL_CONTEXT)),
+    ("vllm_enforce_eager", False,
+     "vLLM only: skip CUDA-graph capture (starts faster, decodes slower)."),
+    ("vllm_engine_kwargs", None,
+     "vLLM only: further ``vllm.LLM`` keyword arguments, passed through unchanged.",
+     Field(dict, optional=True)),
+) + _knobs(
+    "training",
+    ("num_branches", 4,
+     "K, candidates branched per (task, agent, turn) (with ``rollout=\"trajectories\"``: K "
+     "independent trajectories per task); >= 2, so a group has a baseline, and at most "
+     "``config_fields.MAX_BRANCHES``.", Field(int, minimum=2, maximum=MAX_BRANCHES)),
+    ("rollout", "tree",
+     '"tree" (AT-GRPO\'s tree sampling, groups keyed by (task, agent, turn)) or "trajectories" '
+     "(the vanilla multi-agent GRPO baseline: K independent trajectories per task, each "
+     "response rewarded with its agent's trajectory return, ONE group per task; "
+     "``core/trajectory_sampler.py``).", Field(str, choices=ROLLOUTS)),
+    ("num_tasks_per_iteration", 8,
+     "Task instances (tree roots) per training iteration, split across env runners; at most "
+     "``config_fields.MAX_TASKS_PER_ITERATION``.",
+     Field(int, minimum=1, maximum=MAX_TASKS_PER_ITERATION)),
+    ("frozen_modules", None,
+     "Modules that act but are never trained (ablation: train one role alone against the "
+     "other's frozen base); None = train every module.", Field(list, optional=True)),
+    ("advantage_normalization", "std", '"std" (GRPO) or "mean" (Dr. GRPO).',
+     Field(str, choices=NORMALIZATIONS)),
+    ("advantage_scale_scope", "group",
+     '"group" or "agent" (a Dr. MAS-style scale: the std of all that agent\'s rewards in the '
+     "batch).", Field(str, choices=SCALE_SCOPES)),
+    ("drop_zero_variance_groups", False,
+     "Drop groups whose K rewards are equal from the batch (DAPO) instead of training them "
+     "with advantage 0."),
+    ("advantage_eps", 1e-6, "Added to the std in the advantage.", _NONNEGATIVE),
+    ("clip_eps_low", 0.2,
+     "The ratio is clipped to ``[1 - clip_eps_low, 1 + clip_eps_high]``.",
+     Field(float, minimum=0, maximum=1)),
+    ("clip_eps_high", 0.28, "See ``clip_eps_low`` (the default is DAPO's clip-higher).",
+     _NONNEGATIVE),
+    ("dual_clip", 3.0, "Dual-clip constant c > 1 for negative advantages; None disables.",
+     Field(float, above=1, optional=True)),
+    ("kl_coef", 0.0,
+     "Weight of the KL penalty to the starting model (TRL's ``beta``; the k3 estimator per "
+     "response token, ``core/loss.py``). The reference is, for LoRA, the base with the "
+     "adapters switched off (no copy); for full fine-tuning a frozen copy per module, loaded "
+     "on learners only when this is > 0. 0 = no penalty (as in the paper).", _NONNEGATIVE),
+    ("entropy_coef", 0.0,
+     "Weight of an entropy bonus: each response token's loss is lowered by this times the "
+     "policy's entropy at that position (at the sampling temperature; PPO's entropy term, "
+     "``core/loss.py``), meant to hold off a collapse onto one answer (not yet tried on a "
+     "task). 0 = no bonus (as in the paper). With a bonus the learner keeps the entropy's "
+     "gradient through the LM head's chunks (one more ``chunk x vocab`` backward per chunk).",
+     _NONNEGATIVE),
+    ("mask_truncated_responses", False,
+     "Leave responses cut off at ``max_new_tokens`` out of the loss (DAPO's overlong "
+     "filtering, arXiv 2503.14476 Sec. 3.4): they still count in their group's reward "
+     "statistics, but a half-written answer is neither rewarded nor punished for how it was "
+     "cut. The share of truncated responses is logged either way "
+     "(``env_runners/agent/<agent>/truncated_fraction``)."),
+    ("shared_prefix_training", True,
+     "Learner batches hold each distinct prompt once with its K responses after it, so the "
+     "prompt's forward and backward run once per group instead of once per candidate (same "
+     "loss and gradients; 3x learner throughput on the main job, bench/RESULTS.md). False = "
+     "one row per sample (needed for attention kernels without custom masks, e.g. "
+     "flash-attention)."),
+    ("async_rollout", False,
+     "Overlap rollout and training (one-step off-policy): the env runners sample iteration "
+     "n+1 while the learners train on iteration n, with the weights of update n-1. With "
+     "``.resource_pools``, each pool updates on its own schedule and staleness is per module "
+     "(``pool_schedule.py``). Needs remote env runners (``num_env_runners >= 1``). Off = the "
+     "synchronous algorithm."),
+    ("max_staleness", None,
+     "The most weights versions a trained response may lag the learner (0 = on-policy, the "
+     "synchronous algorithm; 1 = one-step off-policy, the only depth ``async_rollout`` "
+     "builds). None = 1 with ``async_rollout``, else 0. A batch that lags more (a runner that "
+     "kept old weights) fails the iteration.", Field(int, minimum=0, maximum=1, optional=True)),
+    ("importance_sampling_cap", 2.0,
+     "C of the token-level truncated importance weight ``min(pi_learner_before_update / "
+     "pi_behaviour, C)`` applied where the behaviour log-probs are not the learner's (older "
+     "weights, bf16 or vLLM; ``core/loss.py``).", Field(float, above=0)),
+    ("stage_credit", "auto",
+     '"auto", "turn" or "none" (``core/tree_sampler.py``). With stage credit (beyond the '
+     "paper), a candidate of a stage that does not end its turn (the tool before the planner, "
+     "a hint before the answer) is played on from its clone to the turn's end, one sampled "
+     "answer per later stage, and its team part is the team reward the turn reached (``alpha "
+     "* team``); it costs one extra answer per candidate and later stage, and nothing where "
+     'agents act in parallel. "auto" applies it wherever a stage does not end its turn (tree '
+     'rollouts; ignored by trajectories); "turn" also warns once when it never applies; '
+     '"none" is the paper\'s immediate reward. Rewards an env pays to idle agents reach '
+     'training under every setting (docs/custom_env.md, "The reward contract").',
+     Field(str, choices=("auto", "none", "turn"))),
+    ("start_from_checkpoint", None,
+     "A checkpoint of an earlier AT-GRPO run (a trial's ``checkpoint_N`` folder) to start "
+     "from instead of the base model: its modules, optimiser states, iteration count and "
+     "lifetime counters (generated tokens, env steps) are restored once the algorithm is "
+     "built, so a finished run can go on as a new experiment under a larger budget (Tune's "
+     "``--resume`` keeps the old stop criterion). Its modules must be this config's. The "
+     "held-out evaluation of the untrained team is skipped (the first run measured it) and "
+     "``evaluation/untrained_success_rate`` is NaN. None = the base model.",
+     Field(str, optional=True)),
+) + _knobs(
+    "resource_pools",
+    ("pools", None,
+     'Pool name -> ``{"modules": [module ids], "num_learners": n, "num_cpus_per_learner": c, '
+     '"num_gpus_per_learner": g, "lr": lr}`` (only ``modules`` is required; defaults 0 '
+     "learners = inside the driver, 1 CPU, 0 GPUs, the config's ``lr``). Every module belongs "
+     "to exactly one pool; each module's batch goes only to its pool, the pools update "
+     "concurrently, and each pool's learners hold only its modules (with a shared LoRA base, "
+     "each pool loads its own copy of the base). ``.learners(...)`` settings are then unused. "
+     "None = one learner group holding every module.",
+     Field(dict, optional=True), "resource_pool_specs"),
+)
+
+#: RLlib settings whose default ``ATGRPOConfig`` changes, and why (their meaning is RLlib's).
+RLLIB_DEFAULTS: dict[str, Any] = {
+    "lr": 1e-5,
+    #: Passes over each module's rows per update; every row is used exactly this often
+    #: (``core/minibatching.py``, not RLlib's cyclic iterator).
+    "num_epochs": 1,
+    #: Samples (responses) per learner step and module; a minibatch is whole prompt groups.
+    #: 8, so a config that does not think about memory still fits a CPU machine (a SmolLM2
+    #: learner took 9.5 GB with the whole batch in one step). None = a module's whole batch
+    #: in one step.
+    "minibatch_size": 8,
+    "grad_clip": 1.0,
+    "grad_clip_by": "global_norm",
+    "num_env_runners": 0,
+}
+
+
+def section_knobs(section: str) -> tuple[Knob, ...]:
+    """The knobs of one of this library's setters, in its keyword order."""
+    return tuple(knob for knob in KNOBS if knob.section == section)
+
+
+def setter_signature(section: str, *, var_keyword: bool = False):
+    """The signature of the setter of ``section``: ``self`` and one keyword per knob, each
+    defaulting to RLlib's ``NotProvided`` (keep the current value); ``**kwargs`` when the
+    setter passes other keys on to RLlib's."""
+    import inspect
+
+    from ray.rllib.algorithms.algorithm_config import NotProvided
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(knob.key, keyword, default=NotProvided,
+                                     annotation=knob.annotation)
+                   for knob in section_knobs(section)]
+    if var_keyword:
+        parameters.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(parameters, return_annotation="ATGRPOConfig")
+
+
+def setter_docstring(section: str, summary: str, *, kwargs_doc: str | None = None) -> str:
+    """A setter's docstring: ``summary``, then ``Args:`` with each knob's doc and default."""
+    import textwrap
+
+    def entry(text: str) -> list[str]:
+        return textwrap.wrap(text, width=92, initial_indent="    ", subsequent_indent="        ",
+                             break_on_hyphens=False, break_long_words=False)
+
+    lines = [summary.strip(), "", "Args:"]
+    for knob in section_knobs(section):
+        lines += entry(f"{knob.key}: {knob.doc} Default: ``{knob.default!r}``.")
+    if kwargs_doc is not None:
+        lines += entry(f"**kwargs: {kwargs_doc}")
+    return "\n".join(lines + ["", "Returns:", "    This updated config."])
+
+
+#: Keys per section whose range matters, or whose default (None) says nothing of their type:
+#: this library's knobs' fields (:data:`KNOBS`) and those of the RLlib keys it checks.
 FIELDS: dict[str, dict[str, Field]] = {
-    "llm": {
-        "model": Field(str), "max_new_tokens": Field(int, minimum=1, bound=RESPONSE_CONTEXT),
-        "temperature": Field(float, above=0),
-        "model_dtype": Field(str, choices=MODEL_DTYPES),
-        "lora": Field(dict, optional=True), "tiny_model_config": Field(dict, optional=True),
-        "system_prompt": Field(str, optional=True), "generation_batch_size": _INT_OPTIONAL,
-        "logprob_chunk_size": _INT_POSITIVE, "gpu_memory_gib": Field(float, above=0,
-                                                                     optional=True),
-        "vllm_gpu_memory_utilization": Field(float, above=0, maximum=1),
-        "vllm_kv_cache_gib": Field(float, above=0, optional=True),
-        "vllm_max_model_len": Field(int, minimum=1, optional=True, bound=MODEL_CONTEXT),
-        "vllm_engine_kwargs": Field(dict, optional=True),
-        "vllm_weight_sync_dir": Field(str, optional=True),
-        "autocast_dtype": Field(str, choices=("bfloat16", "float16"), optional=True),
-    },
-    "training": {
-        "num_branches": Field(int, minimum=2, maximum=MAX_BRANCHES),
-        "num_tasks_per_iteration": Field(int, minimum=1, maximum=MAX_TASKS_PER_ITERATION),
-        "lr": Field(float, above=0), "num_epochs": _INT_POSITIVE,
-        "minibatch_size": _INT_OPTIONAL, "grad_clip": Field(float, above=0, optional=True),
-        "clip_eps_low": Field(float, minimum=0, maximum=1), "clip_eps_high": _NONNEGATIVE,
-        "dual_clip": Field(float, above=1, optional=True), "advantage_eps": _NONNEGATIVE,
-        "kl_coef": _NONNEGATIVE, "entropy_coef": _NONNEGATIVE,
-        "frozen_modules": Field(list, optional=True),
-        "max_staleness": Field(int, minimum=0, maximum=1, optional=True),
-        "importance_sampling_cap": Field(float, above=0),
-        "stage_credit": Field(str, choices=("auto", "none", "turn")),
-        "start_from_checkpoint": Field(str, optional=True),
-    },
-    "resource_pools": {"pools": Field(dict, optional=True)},
+    "llm": {}, "training": {}, "resource_pools": {},
     "env_runners": {"num_env_runners": Field(int, minimum=0),
                     "num_cpus_per_env_runner": _NONNEGATIVE,
                     "num_gpus_per_env_runner": _NONNEGATIVE},
@@ -201,6 +463,12 @@ FIELDS: dict[str, dict[str, Field]] = {
                    "evaluation_duration": _INT_POSITIVE},
     "environment": {"env": Field(str), "env_config": Field(dict, optional=True)},
 }
+for _knob in KNOBS:
+    if _knob.field is not None:
+        FIELDS[_knob.section][_knob.key] = _knob.field
+FIELDS["training"].update({
+    "lr": Field(float, above=0), "num_epochs": _INT_POSITIVE, "minibatch_size": _INT_OPTIONAL,
+    "grad_clip": Field(float, above=0, optional=True)})
 #: peft ``LoraConfig`` keys under ``llm.lora`` whose range matters.
 LORA_FIELDS: dict[str, Field] = {
     "r": _INT_POSITIVE, "lora_alpha": Field(float, above=0),
@@ -231,17 +499,24 @@ TUNE_FIELDS: dict[str, Field] = {
     "max_concurrent_trials": _INT_POSITIVE, "num_samples": _INT_POSITIVE,
     "grid": Field(dict), "name": Field(str), "description": Field(str),
 }
-_ATTRIBUTE = {("llm", "model"): "llm_model", ("resource_pools", "pools"): "resource_pool_specs"}  # a kwarg stored under another attribute name
-_DEFAULTS: dict[str, Any] | None = None
+#: ``(section, key)`` -> the attribute a knob is stored under, where that is not its key.
+ATTRIBUTES: dict[tuple[str, str], str] = {
+    (knob.section, knob.key): knob.attribute for knob in KNOBS if knob.attribute}
 
 
-def _defaults() -> dict[str, Any]:
-    global _DEFAULTS
-    if _DEFAULTS is None:
-        from pettingllms_rllib.algorithms.config import ATGRPOConfig
+def attribute_of(section: str, key: str) -> str:
+    """The ``ATGRPOConfig`` attribute that holds ``section.key``."""
+    return ATTRIBUTES.get((section, key), key)
 
-        _DEFAULTS = dict(vars(ATGRPOConfig()))
-    return _DEFAULTS
+
+@functools.lru_cache(maxsize=1)
+def default_values() -> dict[str, Any]:
+    """Attribute -> default of a fresh ``ATGRPOConfig``: RLlib's own, then the ones it changes
+    (:data:`RLLIB_DEFAULTS`), then this library's knobs; read without building one."""
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    return {**vars(AlgorithmConfig()), **RLLIB_DEFAULTS,
+            **{knob.stored_as: knob.default for knob in KNOBS}}
 
 
 def field_for(section: str, key: str) -> Field | None:
@@ -250,7 +525,7 @@ def field_for(section: str, key: str) -> Field | None:
     declared = FIELDS.get(section, {}).get(key)
     if declared is not None:
         return declared
-    default = _defaults().get(_ATTRIBUTE.get((section, key), key))
+    default = default_values().get(attribute_of(section, key))
     if type(default) is bool:  # before the numbers: True is an int to Python
         return Field(bool)
     if type(default) in (int, float):
@@ -310,7 +585,7 @@ def check_fields(config) -> list[str]:
     problems = []
     for section, fields in FIELDS.items():
         for key, field in fields.items():
-            attribute = _ATTRIBUTE.get((section, key), key)
+            attribute = attribute_of(section, key)
             if attribute in vars(config):
                 problems.append(check_value(f"{section}.{key}", vars(config)[attribute], field,
                                             config))

@@ -112,7 +112,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                                                        inference_only=True).build()
             return self.module
 
-        self.engine = start_module_engine(cfg.engine, cfg, tokenizer, sampling, build_modules)
+        self.engine = start_module_engine(cfg.engine_spec, tokenizer, sampling, build_modules)
 
     @override(EnvRunner)
     def get_spaces(self) -> dict[str, Any]:

@@ -59,7 +59,8 @@ from typing import Callable, Mapping, Sequence
 from pettingllms_rllib.core.records import GroupKey, SampleRecord
 from pettingllms_rllib.engines.base import Completion
 from pettingllms_rllib.envs.base import (INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM,
-                                         INFO_SUCCESS, EnvContractError, TextParallelEnv)
+                                         INFO_SUCCESS, EnvContractError, TextParallelEnv,
+                                         mixed_reward)
 
 #: ``generate(module_id, prompts, num_samples) -> [[Completion] * num_samples] * len(prompts)``
 GenerateFn = Callable[[str, Sequence[str], int], list[list[Completion]]]
@@ -411,7 +412,8 @@ class TreeSampler:
                 if play.turn_open and (not play.env.agents or play.env.stage_index == 0):
                     team_end = max(float(infos[a][INFO_REWARD_TEAM]) for a in acting)
                     own_team = float(infos.get(agent, {}).get(INFO_REWARD_TEAM, 0.0))
-                    record.reward_credit += float(play.env.alpha) * (team_end - own_team)
+                    record.reward_credit += (mixed_reward(play.env.alpha, team_end, 0.0)
+                                             - mixed_reward(play.env.alpha, own_team, 0.0))
                     play.turn_open = False
                 if self._keeps_playing(agent, play.env, play.turn_open):
                     still_playing.append(play)

@@ -23,11 +23,11 @@ class EngineKind:
         module: the engine's own module, imported only when one of its functions is called.
         start_function: the function of ``module`` that starts a runner's
             :class:`~pettingllms_rllib.engines.base.ModuleEngine`:
-            ``(config, tokenizer, sampling, build_modules) -> ModuleEngine``.
-        serving_engine: the class of ``serving/engines.py`` that serves a checkpoint with this
-            engine (``(policies, run_config)``), None where it does not serve.
-        serving_needs_run_config: whether serving starts it from the run's whole config (model,
-            LoRA and engine settings) rather than from the checkpoint's modules alone.
+            ``(spec, tokenizer, sampling, build_modules) -> ModuleEngine`` (``spec``: the
+            run's :class:`~pettingllms_rllib.engines.spec.EngineSpec`).
+        checkpoint_function: the function of ``module`` that starts the engine ``eval`` and
+            ``serve`` generate with for a loaded team: ``(team, spec) -> CheckpointEngine``
+            (``engines/checkpoint_engine.py``); None where it does not.
         package: the package it needs beyond the library's own requirements (None: none).
         install_hint: how to install ``package``.
         check_installed_function: the function of ``module`` that raises the engine's own error
@@ -54,8 +54,7 @@ class EngineKind:
     name: str
     module: str
     start_function: str
-    serving_engine: str | None = None
-    serving_needs_run_config: bool = False
+    checkpoint_function: str | None = None
     package: str | None = None
     install_hint: str | None = None
     check_installed_function: str | None = None
@@ -73,10 +72,10 @@ class EngineKind:
 
         return getattr(importlib.import_module(self.module), name)
 
-    def start_module_engine(self, config, tokenizer, sampling,
+    def start_module_engine(self, spec, tokenizer, sampling,
                             build_modules: Callable[[], Any]):
         """Start this engine for one env runner (see :func:`start_module_engine`)."""
-        return self.function(self.start_function)(config, tokenizer, sampling, build_modules)
+        return self.function(self.start_function)(spec, tokenizer, sampling, build_modules)
 
     def check_installed(self) -> None:
         """Raise the engine's own error, with the install hint, when its package is missing
@@ -126,12 +125,13 @@ _VLLM_INSTALL_HINT = (
 ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
     EngineKind(
         name="hf", module="pettingllms_rllib.engines.hf_engine",
-        start_function="start_hf_module_engine", serving_engine="HFServingEngine",
+        start_function="start_hf_module_engine",
+        checkpoint_function="start_hf_checkpoint_engine",
         shares_learners_numerics=True, runs_evaluation=True),
     EngineKind(
         name="vllm", module="pettingllms_rllib.engines.vllm_engine",
-        start_function="start_vllm_module_engine", serving_engine="VLLMServingEngine",
-        serving_needs_run_config=True, package="vllm", install_hint=_VLLM_INSTALL_HINT,
+        start_function="start_vllm_module_engine",
+        checkpoint_function="start_vllm_checkpoint_engine", package="vllm", install_hint=_VLLM_INSTALL_HINT,
         check_installed_function="check_vllm_installed", require_function="require_vllm",
         config_problems_function="vllm_config_problems",
         gpu_share_setting="vllm_gpu_memory_utilization",
@@ -161,6 +161,12 @@ MODULE_ENGINES = {name: f"{kind.module}:{kind.start_function}"
                   for name, kind in ENGINE_KINDS.items()}
 
 
+#: The engine names ``eval --engine`` and ``serve --engine`` accept: those that generate for a
+#: loaded team (:attr:`EngineKind.checkpoint_function`).
+CHECKPOINT_ENGINES = tuple(name for name, kind in ENGINE_KINDS.items()
+                           if kind.checkpoint_function is not None)
+
+
 #: Engines that generate with the learner's own torch modules and code
 #: (:attr:`EngineKind.shares_learners_numerics`).
 ENGINES_SHARING_THE_LEARNERS_NUMERICS = frozenset(
@@ -178,8 +184,9 @@ def behaviour_logprobs_are_exact(engine: str, model_dtype: str,
             and resolve_model_dtype(model_dtype).exact)
 
 
-def start_module_engine(name: str, config, tokenizer, sampling,
-                        build_modules: Callable[[], Any]):
-    """Start the engine called ``name`` for one env runner. ``build_modules()`` returns the
-    torch inference copies of the modules, for engines that generate with them."""
-    return engine_kind(name).start_module_engine(config, tokenizer, sampling, build_modules)
+def start_module_engine(spec, tokenizer, sampling, build_modules: Callable[[], Any]):
+    """Start the engine ``spec`` (an :class:`~pettingllms_rllib.engines.spec.EngineSpec`)
+    names for one env runner. ``build_modules()`` returns the torch inference copies of the
+    modules, for engines that generate with them."""
+    return engine_kind(spec.engine).start_module_engine(spec, tokenizer, sampling,
+                                                        build_modules)

@@ -382,13 +382,35 @@ class HFModuleEngine:
         """Nothing to release: the modules are ordinary torch objects."""
 
 
-def start_hf_module_engine(config, tokenizer, sampling: SamplingConfig,
+def start_hf_module_engine(spec, tokenizer, sampling: SamplingConfig,
                            build_modules) -> HFModuleEngine:
     """The ``engine="hf"`` runner engine: ``build_modules()`` gives the inference copies, moved
     to the runner's GPU when ``num_gpus_per_env_runner > 0`` and one is visible."""
     modules = build_modules()
-    if float(config.num_gpus_per_env_runner or 0) > 0 and torch.cuda.is_available():
+    if float(spec.num_gpus_per_env_runner or 0) > 0 and torch.cuda.is_available():
         modules.to(torch.device("cuda", torch.cuda.current_device()))
     return HFModuleEngine(modules, HFEngine(tokenizer, sampling,
-                                            system_prompt=config.system_prompt,
-                                            max_batch_size=config.generation_batch_size))
+                                            system_prompt=spec.system_prompt,
+                                            max_batch_size=spec.generation_batch_size))
+
+
+class HFCheckpointEngine:
+    """The ``engine="hf"`` engine of a loaded team (``engines/checkpoint_engine.py``): its
+    modules generate themselves (CPU, or the replica's GPU), so what ``serve`` answers with
+    greedy decoding is what ``eval`` measured."""
+
+    def __init__(self, team):
+        self.team = team
+
+    def session(self, sampling: SamplingConfig):
+        engine = HFEngine(self.team.tokenizer, sampling)  # one random stream per session
+
+        def generate(module_id, prompt_ids, num_samples):
+            return engine.generate_from_ids(self.team.causal_lm(module_id), prompt_ids,
+                                            num_samples)
+        return generate
+
+
+def start_hf_checkpoint_engine(team, spec) -> HFCheckpointEngine:
+    """``EngineKind.checkpoint_function`` of ``hf``."""
+    return HFCheckpointEngine(team)

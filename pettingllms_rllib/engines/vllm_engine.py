@@ -27,7 +27,9 @@ updates then move tensors by reference instead of through a socket.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import itertools
 import logging
 import os
 import shutil
@@ -341,18 +343,22 @@ def start_vllm_engines(config, tokenizer, sampling: SamplingConfig) -> dict[str,
     lora = config.lora_kwargs
     share = 1 if lora is not None else len(module_ids)
 
+    # A setting left None (a base model's spec) keeps VLLMEngine's own default.
+    utilization = config.vllm_gpu_memory_utilization
+    shared = {} if utilization is None else {
+        "gpu_memory_utilization": float(utilization) / share}
+
     def start(max_loras: int) -> VLLMEngine:
         return VLLMEngine(
             model_folder(config.model_spec_dict), tokenizer, sampling,
             system_prompt=config.system_prompt,
             dtype=resolve_model_dtype(config.model_dtype).dtype, max_loras=max_loras,
             max_lora_rank=16 if lora is None else int(lora["r"]),
-            gpu_memory_utilization=float(config.vllm_gpu_memory_utilization) / share,
             kv_cache_gib=None if config.vllm_kv_cache_gib is None else
             float(config.vllm_kv_cache_gib) / share,
             max_model_len=config.vllm_max_model_len,
             enforce_eager=bool(config.vllm_enforce_eager),
-            engine_kwargs=config.vllm_engine_kwargs)
+            engine_kwargs=config.vllm_engine_kwargs, **shared)
 
     if lora is not None:
         engine = start(max_loras=len(module_ids))
@@ -360,8 +366,43 @@ def start_vllm_engines(config, tokenizer, sampling: SamplingConfig) -> dict[str,
     return {module_id: start(max_loras=0) for module_id in module_ids}
 
 
-def start_vllm_module_engine(config, tokenizer, sampling: SamplingConfig,
+def start_vllm_module_engine(spec, tokenizer, sampling: SamplingConfig,
                              build_modules) -> VLLMModuleEngine:
     """The ``engine="vllm"`` runner engine (``build_modules`` is not called: vLLM holds the
     weights, the runner no torch module)."""
-    return VLLMModuleEngine(start_vllm_engines(config, tokenizer, sampling), config.lora_kwargs)
+    return VLLMModuleEngine(start_vllm_engines(spec, tokenizer, sampling), spec.lora_kwargs)
+
+
+class VLLMCheckpointEngine:
+    """The ``engine="vllm"`` engine of a loaded team (``engines/checkpoint_engine.py``),
+    started as a training run's runner starts it (:func:`start_vllm_engines`: one engine with
+    one LoRA adapter per module, or one engine per module's full model). The team's module
+    states are loaded once, as weights version 1 (a base model: its own weights)."""
+
+    def __init__(self, team, spec):
+        require_vllm()
+        sampling = SamplingConfig(max_new_tokens=int(spec.max_new_tokens),
+                                  temperature=float(spec.temperature), seed=0)
+        self.module_engine = VLLMModuleEngine(
+            start_vllm_engines(spec, team.tokenizer, sampling), spec.lora_kwargs)
+        states = dict(team.module_states())
+        if states:
+            self.module_engine.load_weights(states, version=1)
+        logger.info("vLLM generates for modules %s", sorted(self.module_engine.engines))
+
+    def session(self, sampling: SamplingConfig):
+        calls = itertools.count()
+        lora = self.module_engine.lora_kwargs is not None
+
+        def generate(module_id, prompt_ids, num_samples):
+            # vLLM seeds each request: the session's n-th call draws with seed + n.
+            call = dataclasses.replace(sampling, seed=None if sampling.seed is None
+                                       else int(sampling.seed) + next(calls))
+            return self.module_engine.engines[module_id].generate_from_ids(
+                module_id if lora else None, prompt_ids, num_samples, call)
+        return generate
+
+
+def start_vllm_checkpoint_engine(team, spec) -> VLLMCheckpointEngine:
+    """``EngineKind.checkpoint_function`` of ``vllm``."""
+    return VLLMCheckpointEngine(team, spec)

@@ -61,6 +61,13 @@ INFO_REWARD_TEAM = "reward_team"
 INFO_REWARD_LOCAL = "reward_local"
 
 
+
+def mixed_reward(alpha: float, team: float, local: float) -> float:
+    """An agent's reward from its parts, ``alpha * team + local`` (PettingLLMs, arXiv
+    2510.11062, Sec. 3): the one place the mixing is written; envs, wrappers, the conformance
+    check and stage credit all call it."""
+    return float(alpha) * float(team) + float(local)
+
 class EnvContractError(ValueError):
     """An env broke the text-env contract (a reward for an agent it does not have, a NaN
     reward, a non-text observation, a parse error of the wrong type). Raised at the step
@@ -324,7 +331,7 @@ class TextParallelEnv(ParallelEnv):
         for agent in self.agents:
             local = float(outcome.local.get(agent, 0.0)) if agent in stage else 0.0
             team = float(outcome.team) if agent in stage else 0.0
-            rewards[agent] = self.alpha * team + local
+            rewards[agent] = mixed_reward(self.alpha, team, local)
             info = self._base_info(agent)
             info.update({INFO_REWARD_TEAM: team, INFO_REWARD_LOCAL: local,
                          INFO_SUCCESS: bool(outcome.success), "acted": agent in stage,

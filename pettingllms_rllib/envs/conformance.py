@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_rllib.envs.base import (INFO_ACTING, INFO_PARSE_ERROR, INFO_REWARD_LOCAL,
-                                         INFO_REWARD_TEAM, TRAIN_SEED_LIMIT, TextParallelEnv)
+                                         INFO_REWARD_TEAM, TRAIN_SEED_LIMIT, TextParallelEnv,
+                                         mixed_reward)
 from pettingllms_rllib.envs.instances import shared_instances
 from pettingllms_rllib.envs.wrappers import require_text_env
 
@@ -124,7 +125,7 @@ def check_text_env(env_factory: Callable[[], TextParallelEnv], *, seeds: Sequenc
             assert INFO_PARSE_ERROR in info, f"{agent}: infos have no 'parse_error' key"
             if strict:
                 assert info[INFO_PARSE_ERROR], f"{agent}: garbage was not flagged as a parse error"
-            mixed = env.alpha * info[INFO_REWARD_TEAM] + info[INFO_REWARD_LOCAL]
+            mixed = mixed_reward(env.alpha, info[INFO_REWARD_TEAM], info[INFO_REWARD_LOCAL])
             assert np.isclose(rewards[agent], mixed), (
                 f"{agent}: reward {rewards[agent]} != alpha*team + local = {mixed}")
         _check_episode_ends(env_factory(), seed, max_episode_steps)

@@ -105,7 +105,8 @@ from pettingzoo import ParallelEnv
 from pettingllms_rllib.envs.base import (DEFAULT_MAX_ACTION_CHARS,
                                          DEFAULT_MAX_OBSERVATION_CHARS, INFO_ACTING,
                                          INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM,
-                                         INFO_SUCCESS, TEXT_CHARSET, reset_seed, split_of_seed)
+                                         INFO_SUCCESS, TEXT_CHARSET, mixed_reward, reset_seed,
+                                         split_of_seed)
 from pettingllms_rllib.envs.instances import hash_split
 
 logger = logging.getLogger(__name__)
@@ -367,7 +368,7 @@ class OpenSpielTextEnv(ParallelEnv):
             else:
                 team, local = float(paid.mean()), penalty
                 success = returns is not None and returns.mean() >= self.success_threshold
-            rewards[agent] = self.alpha * team + local
+            rewards[agent] = mixed_reward(self.alpha, team, local)
             info = {INFO_ACTING: player in next_acting, "role": agent, INFO_REWARD_TEAM: team,
                     INFO_REWARD_LOCAL: local, INFO_SUCCESS: bool(success),
                     INFO_PARSE_ERROR: errors.get(player)}

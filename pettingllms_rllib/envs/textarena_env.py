@@ -87,7 +87,7 @@ from pettingllms_rllib.envs.base import (DEFAULT_MAX_ACTION_CHARS,
                                          DEFAULT_MAX_OBSERVATION_CHARS, INFO_ACTING,
                                          INFO_PARSE_ERROR, INFO_REWARD_LOCAL, INFO_REWARD_TEAM,
                                          INFO_SUCCESS, TEXT_CHARSET, TRAIN_SEED_LIMIT,
-                                         reset_seed, split_of_seed)
+                                         mixed_reward, reset_seed, split_of_seed)
 from pettingllms_rllib.envs.instances import hash_split
 
 INSTALL_HINT = "pip install 'pettingllms-rllib[textarena]'"
@@ -422,7 +422,7 @@ class TextArenaParallelEnv(ParallelEnv):
             local = payoffs.get(pid, 0.0) if payoffs and self.options.payoffs == "own" else 0.0
             judged = team if self.options.payoffs == "team" else local
             success = payoffs is not None and judged >= self.options.success_threshold
-            rewards[agent] = self.alpha * team + local
+            rewards[agent] = mixed_reward(self.alpha, team, local)
             infos[agent] = self._info(pid, team=team, local=local, success=success,
                                       parse_error=parse_error if pid == mover else None,
                                       payoff=payoffs.get(pid, 0.0) if payoffs else None,

@@ -39,7 +39,7 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from pettingllms_rllib.envs.base import (INFO_ACTING, INFO_PARSE_ERROR, INFO_REWARD_LOCAL,
                                          INFO_REWARD_TEAM, INFO_STAGE, INFO_SUCCESS, INFO_TURN,
-                                         check_step_output, parse_error_text)
+                                         check_step_output, mixed_reward, parse_error_text)
 
 #: What the sampler and the conformance checks use of a text env, beyond PettingZoo's API.
 PROTOCOL_ATTRIBUTES = ("acting_agents", "clone", "current_observations", "prompt_examples",
@@ -179,7 +179,8 @@ class _TextEnvView(ParallelEnv):
         if reward is None:
             return out
         if INFO_REWARD_TEAM in info and INFO_REWARD_LOCAL not in info:
-            out[INFO_REWARD_LOCAL] = float(reward) - self.alpha * float(info[INFO_REWARD_TEAM])
+            out[INFO_REWARD_LOCAL] = float(reward) - mixed_reward(
+                self.alpha, info[INFO_REWARD_TEAM], 0.0)
         elif INFO_REWARD_TEAM not in info:
             out[INFO_REWARD_TEAM], out[INFO_REWARD_LOCAL] = 0.0, float(reward)
         out[INFO_SUCCESS] = bool(info.get(INFO_SUCCESS, False))

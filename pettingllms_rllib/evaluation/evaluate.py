@@ -42,6 +42,7 @@ from pettingllms_rllib.checkpoints import training_budget as training_budget_of 
 from pettingllms_rllib.core.records import SampleRecord
 from pettingllms_rllib.core.tree_sampler import EpisodeSummary, TreeSampler
 from pettingllms_rllib.engines.base import SamplingConfig
+from pettingllms_rllib.engines.spec import EngineSpec
 from pettingllms_rllib.envs.base import TRAIN_SEED_LIMIT, task_name
 from pettingllms_rllib.envs.registry import make_text_env
 
@@ -135,6 +136,26 @@ class Policies:
     #: The system prompt the modules were trained with (every engine puts it before each
     #: prompt, so evaluation and serving must too); None for none.
     system_prompt: str | None = None
+    #: What generates for these modules (``engines/spec.py``): the checkpoint's, or for a
+    #: base model (or a hand-built team) the HF engine over its modules.
+    engine_spec: EngineSpec | None = None
+
+    def __post_init__(self):
+        if self.engine_spec is None:
+            self.engine_spec = dataclasses.replace(
+                EngineSpec.for_base_model({"name_or_path": self.model}, self.modules),
+                system_prompt=self.system_prompt)
+
+    def causal_lm(self, module_id: str):
+        """The module's causal LM, its adapter switched on (``engines.checkpoint_engine.Team``)."""
+        return causal_lm_of(self.modules[module_id])
+
+    def module_states(self) -> dict[str, Any]:
+        """Module id -> its inference-only RLModule state (empty for base models: an engine
+        holding its own weights loads the base model's)."""
+        return {module_id: module.rl_module.get_state(inference_only=True)
+                for module_id, module in self.modules.items()
+                if isinstance(module, _ActivatedModel)}
 
     def check_roles(self, agents) -> None:
         """Refuse a task whose roles are not the ones these policies were trained for."""
@@ -194,7 +215,8 @@ def base_policies(model: str | Mapping[str, Any], agents, *,
                             {"name_or_path": model, "tiny_config": dict(tiny_model_config)})
     return Policies(modules={"base": load_causal_lm(spec)}, mapping={a: "base" for a in agents},
                     tokenizer=load_tokenizer(spec), source=f"base model {spec.name_or_path}",
-                    model=spec.name_or_path)
+                    model=spec.name_or_path,
+                    engine_spec=EngineSpec.for_base_model(dataclasses.asdict(spec), ["base"]))
 
 
 def checkpoint_policies(checkpoint: str | Path, config: dict | None = None) -> Policies:
@@ -217,7 +239,9 @@ def checkpoint_policies(checkpoint: str | Path, config: dict | None = None) -> P
     spec = ModelSpec(**ModelSpec.fields_of_config(config))
     return Policies(modules=modules, mapping=mapping, tokenizer=load_tokenizer(spec),
                     source=f"checkpoint {checkpoint}", model=config["llm_model"],
-                    system_prompt=config.get("system_prompt"))
+                    system_prompt=config.get("system_prompt"),
+                    engine_spec=EngineSpec.of_checkpoint(
+                        checkpoints.read_engine_spec(checkpoint), config))
 
 
 class _ActivatedModel:
@@ -237,8 +261,11 @@ def causal_lm_of(model):
 
 
 def evaluate(policies: Policies, settings: EvalSettings, *,
-             transcript: list[dict[str, Any]] | None = None) -> list[EpisodeSummary]:
+             transcript: list[dict[str, Any]] | None = None,
+             engine: str | None = None) -> list[EpisodeSummary]:
     """Run every (task, sample) episode; episodes come back task by task, samples in order.
+    ``engine`` generates instead of the one the policies' spec names (``"vllm"``: vLLM loads
+    the checkpoint's weights, as ``serve --engine vllm`` does).
 
     ``transcript``, when given, receives one dict per generated response (with search: all K
     candidates, the continued one ``selected``): what each agent saw and said, and its score.
@@ -246,22 +273,22 @@ def evaluate(policies: Policies, settings: EvalSettings, *,
     """
     from tqdm import tqdm
 
-    from pettingllms_rllib.engines.hf_engine import HFEngine
+    from pettingllms_rllib.engines.checkpoint_engine import (prompt_generator,
+                                                             start_checkpoint_engine)
 
     env = make_text_env(settings.env, dict(settings.env_config))
     policies.check_roles(env.possible_agents)
-    engine = HFEngine(policies.tokenizer, SamplingConfig(
-        max_new_tokens=int(settings.max_new_tokens), temperature=float(settings.temperature),
-        seed=int(settings.seed), greedy=settings.decoding == "greedy"),
-        system_prompt=policies.system_prompt)
+    generate_prompts = prompt_generator(
+        start_checkpoint_engine(policies, engine), policies, SamplingConfig(
+            max_new_tokens=int(settings.max_new_tokens), temperature=float(settings.temperature),
+            seed=int(settings.seed), greedy=settings.decoding == "greedy"))
 
     # One bar over generated responses (a turn of every task is one batched call, so it moves
     # once per turn and agent); off when stderr is not a terminal (logs, CI).
     bar = tqdm(desc=f"eval {settings.env}", unit=" responses", disable=None, leave=False)
 
     def generate(module_id, prompts, num_samples):
-        responses = engine.generate(causal_lm_of(policies.modules[module_id]), prompts,
-                                    num_samples)
+        responses = generate_prompts(module_id, prompts, num_samples)
         bar.update(len(prompts) * num_samples)
         return responses
 
@@ -341,7 +368,8 @@ def _parsed_action(env: Any, agent: str, response: str) -> Any:
 
 def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Path, *,
                    label: str, arm: str | None = None, seed: int | None = None,
-                   training_budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   training_budget: Mapping[str, Any] | None = None,
+                   engine: str | None = None) -> dict[str, Any]:
     """Evaluate, then write ``eval.json`` (settings + summary + the best constant answer on
     the same instances, searched over this run's responses and the prompts' examples: see
     ``constant_answers.py``), ``episodes.csv`` (one row per episode) and ``transcripts.jsonl``
@@ -354,7 +382,7 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
     from pettingllms_rllib.evaluation.metrics import episodes_csv_rows, summarize
 
     transcript: list[dict[str, Any]] = []
-    episodes = evaluate(policies, settings, transcript=transcript)
+    episodes = evaluate(policies, settings, transcript=transcript, engine=engine)
     summary = summarize(episodes, samples_per_task=settings.samples_per_task)
     responses: dict[str, list[str]] = {}
     for entry in transcript:
@@ -366,6 +394,7 @@ def run_evaluation(policies: Policies, settings: EvalSettings, out_dir: str | Pa
         "task": settings.env, "env_config": dict(settings.env_config),
         "checkpoint": policies.source, "model": policies.model,
         "mapping": dict(policies.mapping),
+        "engine": policies.engine_spec.with_engine(engine).engine,
         "decoding": settings.decoding,
         # greedy decoding uses no temperature: record what was used, not the flag's default
         "temperature": settings.temperature if settings.decoding == "sample" else None,

@@ -43,7 +43,7 @@ class TeamServer:
         max_batch_size: most requests of one kind gathered into one batch.
         batch_wait_timeout_s: how long the first request of a batch waits for others.
         imports: modules that register the user's envs (imported before the checkpoint loads).
-        engine: what generates, ``hf`` or ``vllm`` (``serving/engines.py``).
+        engine: what generates, ``hf`` or ``vllm`` (``engines/checkpoint_engine.py``).
     """
 
     def __init__(self, checkpoint: str, max_batch_size: int, batch_wait_timeout_s: float,
@@ -116,14 +116,12 @@ def build_app(checkpoint: Union[str, Path], *, num_replicas: int = 1, max_batch_
             engine per full model; give each replica a GPU).
     """
     from pettingllms_rllib import checkpoints
-    from pettingllms_rllib.engines import engine_kind
+    from pettingllms_rllib.engines import CHECKPOINT_ENGINES, engine_kind
     from pettingllms_rllib.envs.registry import make_text_env
     from pettingllms_rllib.experiment import import_env_modules
 
-    from pettingllms_rllib.serving.engines import SERVING_ENGINES
-
-    if engine not in SERVING_ENGINES:
-        raise ValueError(f"unknown serving engine {engine!r}; known: {list(SERVING_ENGINES)}")
+    if engine not in CHECKPOINT_ENGINES:
+        raise ValueError(f"unknown serving engine {engine!r}; known: {list(CHECKPOINT_ENGINES)}")
     # Its package not installed (vLLM): the install hint now, not a dead replica later.
     engine_kind(engine).require()
     if num_replicas < 1 or max_batch_size < 1 or batch_wait_timeout_s < 0:

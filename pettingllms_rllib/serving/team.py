@@ -30,14 +30,12 @@ import torch
 
 from pettingllms_rllib import checkpoints
 from pettingllms_rllib.core.tree_sampler import TreeSampler
-from pettingllms_rllib.engines import find_engine_kind
-from pettingllms_rllib.engines.base import (SamplingConfig, encode_chat, encode_chat_prompt,
-                                            encode_requests, with_answer_prefixes)
+from pettingllms_rllib.engines.base import SamplingConfig, encode_chat, encode_chat_prompt
+from pettingllms_rllib.engines.checkpoint_engine import (CheckpointEngine, prompt_generator,
+                                                         start_checkpoint_engine)
 from pettingllms_rllib.envs.base import task_name
 from pettingllms_rllib.envs.registry import make_text_env, registered_env_ids
 from pettingllms_rllib.evaluation import evaluate as ev
-from pettingllms_rllib.serving.engines import (HFServingEngine, ServingEngine,
-                                               start_serving_engine)
 from pettingllms_rllib.serving.requests import (ChatRequest, EpisodeRequest, RequestError,
                                                 ServedTeam, check_length)
 
@@ -66,15 +64,15 @@ class TeamService:
     Args:
         policies: the trained modules and the agent -> module mapping (``evaluate.Policies``).
         team: what requests are checked against (``requests.ServedTeam``).
-        engine: what generates (``serving/engines.py``); default: the modules themselves
-            (``HFServingEngine``), as ``eval`` generates.
+        engine: what generates (``engines/checkpoint_engine.py``); default: the one the
+            policies' engine spec names, as ``eval`` generates.
     """
 
     def __init__(self, policies: ev.Policies, team: ServedTeam,
-                 engine: ServingEngine | None = None):
+                 engine: CheckpointEngine | None = None):
         self.policies = policies
         self.team = team
-        self.engine = engine or HFServingEngine(policies)
+        self.engine = engine or start_checkpoint_engine(policies)
         # One batch at a time touches the modules: a LoRA module switches the shared base's
         # active adapter, so an episode batch and a chat batch must not interleave.
         self._lock = threading.Lock()
@@ -83,7 +81,7 @@ class TeamService:
     def from_checkpoint(cls, checkpoint: str | Path, *, engine: str = "hf") -> "TeamService":
         """Load every module of a checkpoint (or the newest one of a trial or one-trial
         experiment folder) with the mapping it was trained with; ``engine`` names what
-        generates (:data:`~pettingllms_rllib.serving.engines.SERVING_ENGINES`)."""
+        generates (:data:`~pettingllms_rllib.engines.CHECKPOINT_ENGINES`)."""
         checkpoint = checkpoints.resolve(checkpoint)
         config = checkpoints.read_config(checkpoint)
         policies = ev.checkpoint_policies(checkpoint, config)
@@ -94,15 +92,9 @@ class TeamService:
             known_envs=registered_env_ids(), temperature=float(config["temperature"]),
             max_new_tokens=int(config["max_new_tokens"]),
             max_positions=int(causal_lm.config.max_position_embeddings))
-        run_config = None
-        kind = find_engine_kind(engine)  # an unknown one: start_serving_engine names it
-        if kind is not None and kind.serving_needs_run_config:  # vLLM: model, LoRA, settings
-            from pettingllms_rllib.algorithms import ATGRPOConfig
-
-            run_config = ATGRPOConfig().update_from_dict(config)
         logger.info("serving %s with engine %r: agents %s", policies.source, engine,
                     team.mapping)
-        return cls(policies, team, start_serving_engine(engine, policies, run_config))
+        return cls(policies, team, start_checkpoint_engine(policies, engine))
 
     # ------------------------------------------------------------------ per request
 
@@ -189,15 +181,9 @@ class TeamService:
     def _generate_fn(self, request: EpisodeRequest):
         """The tree sampler's generate function: env prompts encoded as every engine encodes
         them (the run's system prompt first), then the serving engine."""
-        generate_ids = self.engine.session(SamplingConfig(
+        return prompt_generator(self.engine, self.policies, SamplingConfig(
             max_new_tokens=request.max_new_tokens, temperature=request.temperature,
             seed=request.sampling_seed, greedy=request.decoding == "greedy"))
-
-        def generate(module_id, prompts, num_samples):
-            return with_answer_prefixes(prompts, generate_ids(module_id, encode_requests(
-                self.policies.tokenizer, prompts, num_samples, self.policies.system_prompt),
-                num_samples))
-        return generate
 
     def _episode_result(self, prepared: PreparedEpisode, key: str, played) -> dict[str, Any]:
         request, root = prepared.request, prepared.root

@@ -1,6 +1,9 @@
 """``ATGRPOConfig``'s own setters, RLlib style: every argument is documented in the setter's
 Args and sets the attribute of the same name (``model`` is stored as ``llm_model``: RLlib's
-``model`` is its old-stack model dict); arguments left out change nothing."""
+``model`` is its old-stack model dict); arguments left out change nothing.
+
+Each knob is declared once (``config_fields.KNOBS``): the setters' keywords, their ``Args:``,
+a fresh config's defaults and the page docs/config.md all come from that one entry."""
 
 import inspect
 import re
@@ -8,6 +11,7 @@ import re
 import pytest
 
 from pettingllms_rllib.algorithms import ATGRPOConfig
+from pettingllms_rllib.algorithms.config_fields import KNOBS, section_knobs
 
 SETTERS = ("llm", "training", "resource_pools")
 STORED_AS = {"model": "llm_model", "pools": "resource_pool_specs"}
@@ -43,3 +47,34 @@ def test_rllib_training_arguments_still_pass_through():
     config = ATGRPOConfig().training(lr=3e-4, num_epochs=2, minibatch_size=4, num_branches=6)
     assert (config.lr, config.num_epochs, config.minibatch_size, config.num_branches) == (
         3e-4, 2, 4, 6)
+
+
+@pytest.mark.parametrize("setter", SETTERS)
+def test_the_setters_keywords_are_the_declared_knobs_in_order(setter):
+    assert _arguments(setter) == [knob.key for knob in section_knobs(setter)]
+    assert {knob.section for knob in KNOBS} == set(SETTERS)
+
+
+def test_a_fresh_config_holds_every_knobs_default_and_the_docs_show_it():
+    config = ATGRPOConfig()
+    for knob in KNOBS:
+        assert getattr(config, knob.stored_as) == knob.default, knob.key
+        doc = " ".join(inspect.getdoc(getattr(ATGRPOConfig, knob.section)).split())
+        entry = doc.split(f" {knob.key}: ", 1)[1]
+        assert entry.startswith(" ".join(knob.doc.split()) + f" Default: ``{knob.default!r}``."), \
+            knob.key
+
+
+@pytest.mark.parametrize("setter", SETTERS)
+def test_an_unknown_keyword_is_refused_naming_the_accepted_ones(setter):
+    with pytest.raises(TypeError, match=r"got unknown keyword\(s\) \['num_brnaches'\]; accepted: "
+                                        r"\[.*'" + section_knobs(setter)[0].key + "'"):
+        getattr(ATGRPOConfig(), setter)(num_brnaches=4)
+
+
+def test_a_mutable_default_is_not_shared_between_configs():
+    first, second = ATGRPOConfig(), ATGRPOConfig()
+    for knob in KNOBS:
+        value = getattr(first, knob.stored_as)
+        if isinstance(value, (dict, list)):
+            assert value is not getattr(second, knob.stored_as), knob.key

@@ -7,6 +7,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -66,7 +67,7 @@ def test_an_unknown_engine_name_raises_listing_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown engine 'sglang'; known: \['hf', 'vllm'\]"):
         engine_kind("sglang")
     with pytest.raises(ValueError, match=r"unknown engine 'sglang'; known: \['hf', 'vllm'\]"):
-        start_module_engine("sglang", None, None, None, lambda: {})
+        start_module_engine(SimpleNamespace(engine="sglang"), None, None, lambda: {})
     assert find_engine_kind("sglang") is None and find_engine_kind(["hf"]) is None
 
 

@@ -82,13 +82,13 @@ def test_search_branches_k_ways_per_turn_and_keeps_one_path(policies, monkeypatc
     from pettingllms_rllib.engines.hf_engine import HFEngine
 
     asked = []
-    original = HFEngine.generate
+    original = HFEngine.generate_from_ids
 
-    def counting(self, model, prompts, num_samples):
+    def counting(self, model, prompt_ids, num_samples):
         asked.append(num_samples)
-        return original(self, model, prompts, num_samples)
+        return original(self, model, prompt_ids, num_samples)
 
-    monkeypatch.setattr(HFEngine, "generate", counting)
+    monkeypatch.setattr(HFEngine, "generate_from_ids", counting)
     searched = evaluate(policies, settings(decoding="sample", search=True, num_branches=3))
     calls_with_search, asked[:] = list(asked), []
     plain = evaluate(policies, settings(decoding="sample"))

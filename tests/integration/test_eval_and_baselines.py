@@ -3,6 +3,7 @@ and the baselines that are configs of the same algorithm: vanilla GRPO (rollout=
 and one role trained alone (frozen_modules)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ ray = pytest.importorskip("ray")
 
 from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
 
+from pettingllms_rllib import checkpoints  # noqa: E402
 from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
 from pettingllms_rllib.evaluation.evaluate import checkpoint_policies  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
@@ -49,6 +51,9 @@ def test_checkpoint_evaluation_and_the_role_swap_use_the_trained_weights(tmp_pat
         algo.stop()
     policies = checkpoint_policies(checkpoint)
     assert policies.mapping == {"writer": "writer", "reviewer": "reviewer"}
+    # The checkpoint carries the run's engine spec, which eval starts its engine from.
+    assert policies.engine_spec == config().engine_spec
+    assert (Path(checkpoint) / checkpoints.ENGINE_SPEC_FILE).is_file()
     swapped = policies.swapped()
     for role, expected_module in (("writer", "reviewer"), ("reviewer", "writer")):
         seated = swapped.modules[swapped.mapping[role]].rl_module
@@ -65,6 +70,7 @@ def test_checkpoint_evaluation_and_the_role_swap_use_the_trained_weights(tmp_pat
                  "--out", str(out)]) == 0
     record = json.loads((out / "eval.json").read_text())
     assert record["mapping"] == {"writer": "reviewer", "reviewer": "writer"}
+    assert record["engine"] == "hf"
     assert record["training_budget"] is None  # a bare checkpoint, not inside a Tune trial
     assert main(["eval", "--checkpoint", checkpoint, "--env", "plan_path_v1",
                  "--env-config", '{"grid_size": 3}', "--out", str(tmp_path / "bad")]) == 2

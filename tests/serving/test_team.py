@@ -99,15 +99,15 @@ def test_a_sampled_episode_sent_alone_replays_from_its_sampling_seed(service):
 
 
 def test_an_engine_session_continues_one_random_stream(service):
-    from pettingllms_rllib.serving.engines import HFServingEngine
+    from pettingllms_rllib.engines.checkpoint_engine import start_checkpoint_engine
 
     sampling = SamplingConfig(max_new_tokens=8, temperature=2.0, seed=1)
     ids = [service.policies.tokenizer("topic 3")["input_ids"]]
-    session = HFServingEngine(service.policies).session(sampling)
+    session = start_checkpoint_engine(service.policies).session(sampling)
     first, second = (session("writer", ids, 1)[0][0].text for _ in range(2))
     assert first != second  # the same prompt twice: the second call draws afresh
-    assert HFServingEngine(service.policies).session(sampling)("writer", ids, 1)[0][0].text \
-        == first  # a new session replays from the seed
+    assert start_checkpoint_engine(service.policies).session(sampling)("writer", ids, 1)[0][0] \
+        .text == first  # a new session replays from the seed
 
 
 def test_search_returns_every_candidate_and_marks_the_one_that_continued(service):
