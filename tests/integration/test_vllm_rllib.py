@@ -47,6 +47,9 @@ def vllm_config(mapping: str, *, lora: bool, sync_dir=None, pools=None) -> ATGRP
         .environment("toy_score_v0", env_config={"max_turns": 1})
         .llm(model="tiny-random", tiny_model_config=VLLM_TINY, max_new_tokens=6,
              lora={"r": 4, "lora_alpha": 8} if lora else None, engine="vllm",
+             # fp32: these tests compare vLLM's log-probs with the learner's to 2e-3, which
+             # bf16 ("auto" on an AMX CPU) misses by design (models/precision.py).
+             model_dtype="float32",
              vllm_enforce_eager=True, vllm_max_model_len=512, vllm_kv_cache_gib=0.25,
              vllm_weight_sync_dir=None if sync_dir is None else str(sync_dir))
         .training(num_branches=4, num_tasks_per_iteration=3, lr=2e-2)
