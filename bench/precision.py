@@ -4,6 +4,7 @@
     python bench/precision.py model       # the bundled model: prefill, decode-shaped, fwd+bwd
     python bench/precision.py mismatch    # engine vs learner log-probs of the same samples
     python bench/precision.py iteration   # main-job iterations, float32 vs auto
+    python bench/precision.py profile     # where a main-job generate call's time goes
 
 Every part alternates the two arms within each repetition, so drift in machine load hits both;
 quote the ratios, not the absolute times (a shared 2-core VM). ``auto`` resolves here as the
@@ -14,6 +15,11 @@ library does (``models/precision.py``): printed first. Results: bench/RESULTS.md
   backward of 8 x 256 tokens; tokens/s.
 * ``mismatch``: the HF engine samples K=4 answers to 8 main-job prompts; the learner's module
   recomputes their log-probs teacher-forced, in both arms; mean, p99 and max |gap| per token.
+* ``profile``: the main job's generation as its env runner does it (the runner's inference
+  copies: the bundled base with one LoRA adapter per role, built from the job's config; 8
+  prompts x K=4, 48 new tokens, temperature 0.7), under ``torch.profiler`` in both arms: wall
+  seconds per call and the ops with the most self CPU time, so the gap between a bf16 GEMM's
+  speed-up and the iteration's is read from measurements.
 * ``iteration``: the main job (``tune_configs/math_cpu.yaml``, ``--set`` overrides apply) built
   with ``build_algo`` in a fresh subprocess per arm and repetition, ``--iterations`` each; wall
   seconds per iteration and the time shares (generate, learner, ...).
@@ -153,6 +159,52 @@ def bench_mismatch(args) -> dict:
     return result
 
 
+# ---------------------------------------------------------------------------------- profile
+def bench_profile(args) -> dict:
+    from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+    from torch.profiler import ProfilerActivity, profile
+
+    from pettingllms_rllib.engines.base import SamplingConfig
+    from pettingllms_rllib.engines.hf_engine import HFEngine
+    from pettingllms_rllib.envs import make_text_env
+    from pettingllms_rllib.experiment import load_experiment
+    from pettingllms_rllib.models.loading import ModelSpec, load_tokenizer
+
+    arms = {}
+    for arm in ("float32", "auto"):
+        config = load_experiment(MAIN_JOB, [f"llm.model_dtype={arm}"]).config
+        env = make_text_env(config.env, config.env_config)
+        agent = env.possible_agents[0]
+        module_id = config.policy_mapping_fn(agent, None)
+        prompts = [env.reset(seed=seed)[0][agent] for seed in range(8)]
+        obs, act = env.observation_space(agent), env.action_space(agent)
+        spaces = {INPUT_ENV_SPACES: (obs, act), INPUT_ENV_SINGLE_SPACES: (obs, act),
+                  **{config.policy_mapping_fn(a, None): (obs, act) for a in env.possible_agents}}
+        modules = config.get_multi_rl_module_spec(spaces=spaces, inference_only=True).build()
+        module = modules[module_id]
+        module.activate()
+        engine = HFEngine(load_tokenizer(ModelSpec.coerce(config.model_spec_dict)),
+                          SamplingConfig(max_new_tokens=48, temperature=0.7, seed=0))
+
+        def call():
+            return engine.generate(module.causal_lm, prompts, 4)
+
+        seconds = _best_seconds(call, args.repeats)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            completions = call()
+        tokens = sum(len(c.response_ids) for group in completions for c in group)
+        total = sum(e.self_cpu_time_total for e in prof.key_averages())
+        top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+        arms[arm] = {
+            "seconds_per_call": seconds, "response_tokens": tokens,
+            "weight_dtypes": sorted({str(p.dtype) for p in module.causal_lm.parameters()}),
+            "top_ops_self_cpu_share": {e.key: round(e.self_cpu_time_total / total, 3)
+                                       for e in top[:12]}}
+        log(f"profile: {arm}: {seconds:.2f} s per call, {tokens} tokens")
+    return {"arms": arms, "fp32_over_auto": (arms["float32"]["seconds_per_call"]
+                                             / arms["auto"]["seconds_per_call"])}
+
+
 # -------------------------------------------------------------------------------- iteration
 
 
@@ -177,7 +229,7 @@ def main() -> None:
     from pettingllms_rllib.models.precision import resolve_model_dtype
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("gemm", "model", "mismatch", "iteration"))
+    parser.add_argument("part", choices=("gemm", "model", "mismatch", "profile", "iteration"))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=3)
@@ -189,7 +241,7 @@ def main() -> None:
     choice = resolve_model_dtype("auto")
     log(choice.describe())
     result = {"gemm": bench_gemm, "model": bench_model, "mismatch": bench_mismatch,
-              "iteration": bench_iteration}[args.part](args)
+              "profile": bench_profile, "iteration": bench_iteration}[args.part](args)
     result.update(threads=args.threads, auto=choice.describe())
     emit_result(result, args.out)
 

@@ -198,6 +198,18 @@ class LoRAAdapterRLModule(CausalLMRLModule):
             raise RuntimeError(f"adapter {self.adapter_name!r}: unexpected keys {unexpected[:5]}")
 
 
+def _adapters_in_base_dtype(peft_model, dtype: torch.dtype) -> None:
+    """An env runner's inference copy: its LoRA adapters in the base's dtype. PEFT keeps
+    adapters fp32 (right for the learner, whose AdamW updates them), so on a bf16 base every
+    LoRA layer casts its input to fp32 and its output back: ``aten::copy_`` took 26% of a
+    main-job generate call's CPU time in bf16 (bench/precision.py ``profile``). Runners only
+    generate; the fp32 weights the learner sends are cast on load. A no-op on an fp32 base
+    (the exact path keeps fp32 adapters)."""
+    for name, parameter in peft_model.named_parameters():
+        if "lora_" in name and parameter.dtype != dtype:
+            parameter.data = parameter.data.to(dtype)
+
+
 class SharedBaseLoRAMultiRLModule(MultiRLModule):
     """One frozen base LM shared by every ModuleID, with one LoRA adapter per ModuleID."""
 
@@ -216,6 +228,8 @@ class SharedBaseLoRAMultiRLModule(MultiRLModule):
         peft_model = get_peft_model(base, lora_config, adapter_name=module_ids[0])
         for module_id in module_ids[1:]:
             peft_model.add_adapter(module_id, lora_config)
+        if self.inference_only:
+            _adapters_in_base_dtype(peft_model, base.dtype)
         self._rl_modules = {}
         for module_id in module_ids:
             module = specs[module_id].build()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
@@ -270,3 +271,22 @@ def test_an_answer_prefix_is_prompt_tokens_and_starts_the_completion_text(tiny):
         assert len(completion.logprobs) == len(completion.response_ids)
     assert all(c.prompt_ids == tuple(plain_ids) and not c.text.startswith("Moves:")
                for c in plain_group)
+
+
+def test_a_bf16_prefill_keeps_the_last_position_by_index_and_fp32_by_count(tiny):
+    """In bf16 the prefill asks for the last position's logits by index (a contiguous copy:
+    the strided view hit a CPU bf16 matmul that expanded the LM head), with the same logits;
+    fp32 keeps the count, so its numbers are unchanged."""
+    from pettingllms_rllib.engines.hf_engine import _last_position
+
+    model, tokenizer = tiny
+    assert _last_position(model, 7) == 1
+    bf16 = load_causal_lm(dataclasses.replace(TINY, dtype="bfloat16"))
+    keep = _last_position(bf16, 7)
+    assert isinstance(keep, torch.Tensor) and keep.tolist() == [6]
+    ids = torch.tensor([tokenizer("a b c d e f g")["input_ids"][:7]] * 3)
+    with torch.no_grad():
+        by_index = bf16(input_ids=ids, logits_to_keep=keep).logits
+        by_count = bf16(input_ids=ids, logits_to_keep=1).logits
+    assert by_index.shape == by_count.shape == (3, 1, bf16.config.vocab_size)
+    assert torch.equal(by_index, by_count)

@@ -132,6 +132,29 @@ def test_lora_under_auto_on_a_bf16_cpu_has_a_bf16_base_and_fp32_adapters_and_sta
     assert states and {s.dtype for s in states} == {torch.float32}
 
 
+def test_a_lora_runner_copy_under_auto_holds_its_adapters_in_bf16_and_loads_fp32_updates(
+        cpu_with):
+    """The runner only generates: adapters in the base's dtype spare every LoRA layer two
+    casts (``models/rl_modules._adapters_in_base_dtype``); the learner's fp32 weights load."""
+    cpu_with(AMX)
+    config, learner = _learner(lora=True)
+    spaces = {a: (gymnasium.spaces.Text(8),) * 2 for a in AGENTS}
+    runner_copy = config.get_multi_rl_module_spec(spaces=spaces, inference_only=True).build()
+    model = runner_copy[AGENTS[0]].causal_lm
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    learner.update(batch=_batch(), minibatch_size=8, num_epochs=1)
+    trained = learner.module[AGENTS[0]].get_state(inference_only=True)
+    runner_copy[AGENTS[0]].set_state(trained)
+    loaded = runner_copy[AGENTS[0]].get_state(inference_only=True)
+    assert loaded.keys() == trained.keys()
+    for key, value in trained.items():
+        assert torch.allclose(torch.as_tensor(loaded[key]).float(), torch.as_tensor(value),
+                              atol=1e-2, rtol=1e-2), key
+    fp32_config, _ = _learner(lora=True, model_dtype="float32")
+    exact_copy = fp32_config.get_multi_rl_module_spec(spaces=spaces, inference_only=True).build()
+    assert {p.dtype for p in exact_copy[AGENTS[0]].causal_lm.parameters()} == {torch.float32}
+
+
 def test_full_fine_tuning_under_auto_keeps_fp32_weights_and_computes_in_bf16(cpu_with):
     cpu_with(AMX)
     config, learner = _learner(lora=False)
