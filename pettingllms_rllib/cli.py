@@ -153,7 +153,7 @@ def _train(args: argparse.Namespace) -> int:
     from pettingllms_rllib.best_checkpoint import BestCheckpoint
     from pettingllms_rllib.checkpoint_ledger import CheckpointLedger, repair_experiment_state
     from pettingllms_rllib.plotting import plot_experiment
-    from pettingllms_rllib.progress import ProgressLine
+    from pettingllms_rllib.progress import ProgressLine, TrialNames
     from pettingllms_rllib.trial_results import RESULT_FILE, tidy_trial
 
     runtime_env = _workers_runtime_env() if experiment.imports else None
@@ -174,10 +174,14 @@ def _train(args: argparse.Namespace) -> int:
         repair_experiment_state(experiment_dir)  # a kill right after Tune pruned: see there
         tuner = tune.Tuner.restore(str(experiment_dir), trainable=ATGRPO, resume_errored=True)
     else:
+        param_space = experiment.param_space()
+        # Trial names and folders from the grid's values, not Tune's flattened config.
+        names = TrialNames.for_param_space(param_space, experiment.variants)
         tuner = tune.Tuner(
-            ATGRPO, param_space=experiment.param_space(),
+            ATGRPO, param_space=param_space,
             tune_config=tune.TuneConfig(num_samples=experiment.num_samples,
-                                        max_concurrent_trials=experiment.max_concurrent_trials),
+                                        max_concurrent_trials=experiment.max_concurrent_trials,
+                                        trial_name_creator=names, trial_dirname_creator=names),
             run_config=tune.RunConfig(
                 name=experiment.name, storage_path=str(output), stop=experiment.stop,
                 # Tune's own tables off (Ray 2.60 ignores a ProgressReporter, and its table

@@ -6,13 +6,17 @@ over its seeds with a min-max band: with the 3-5 seeds these runs afford, the ba
 seed's curve, where a std band would be an unreliable estimate from so few points. A one-trial
 arm is a plain line.
 
-Six panels: success rate, per-agent episode return, turns per episode, share of zero-variance
-groups (no learning signal), the learner's policy-vs-behaviour probability ratio per module
-(drift from the sampling policy), and where each iteration's seconds went (generate, env and
-sandbox, advantages and batching, learner, weight sync, other: stacked for a single arm, the
-total per arm otherwise), and, for runs with ``evaluation_interval``, held-out success against
-generated tokens with the untrained team's held-out success as a dashed line. Columns a run does not log are skipped. The plotted numbers go
-to a JSON beside the PNG so they can be quoted without reopening the CSVs.
+Panels (:data:`PANELS`): success rate, per-agent episode return, turns per episode, share of
+zero-variance groups (no learning signal), the learner's policy-vs-behaviour probability ratio
+per module (drift from the sampling policy), where each iteration's seconds went (generate, env
+and sandbox, advantages and batching, learner, weight sync, other: stacked for a single arm, the
+total per arm otherwise), for runs with ``evaluation_interval`` held-out success against
+generated tokens with the untrained team's held-out success as a dashed line, and the
+per-module learning diagnostics of :data:`MODULE_DIAGNOSTICS`; one more axes holds the arms'
+key. Columns a run does not log are skipped. Every series has markers (a run of one or two
+iterations still shows its points), and each agent / module has its own colour, marker and
+legend entry. The plotted numbers go to a JSON beside the PNG so they can be quoted without
+reopening the CSVs.
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ MODULE_DIAGNOSTICS = (
     (13, keys.REWARD_STD, _per_name(_column(keys.AT_GRPO_RESULTS, keys.REWARD_STD))),
     (14, keys.LOGP_MISMATCH_MEAN, _per_name(keys.LEARNERS, keys.LOGP_MISMATCH_MEAN)),
 )
-#: Panels whose series are one per module or agent (told apart by linestyle).
+#: Panels whose series are one per module or agent (told apart by colour, marker, linestyle
+#: and the legend).
 PER_MODULE_PANELS = (1, 4) + tuple(panel for panel, _, _ in MODULE_DIAGNOSTICS)
 #: Seconds of one part of an iteration (``pettingllms_rllib.core.timing.TIME_PARTS``).
 TIME_PART = _per_name(_column(keys.AT_GRPO_RESULTS, keys.TIME_SECONDS))
@@ -344,34 +349,58 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     under the JSON's ``__references__`` key.
     Raises FileNotFoundError naming the folders when none holds a trial with progress rows.
     """
+    import matplotlib.pyplot as plt
+
+    out_path = Path(out_path)
+    fig, summary = draw_runs(run_dirs, group_by=group_by, references=references)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    out_path.with_suffix(".json").write_text(json.dumps(_json_safe(summary), indent=1))
+    return out_path
+
+
+def draw_runs(run_dirs: Sequence[str | Path], *,
+              group_by: str | Callable[[Trial], str] = "arm",
+              references: dict[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The figure of :func:`plot_runs` (a matplotlib ``Figure``, not yet saved or closed) and
+    the summary its JSON holds.
+
+    Readable at any length: a series of one point is a marker (every series has markers,
+    larger when an arm has few iterations), iteration axes have integer ticks and half an
+    iteration of margin, and on per-agent / per-module panels each agent or module has its
+    own colour (a shade of the arm's colour when several arms share the panel), marker and
+    linestyle, named in the legend.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     run_dirs = [Path(d) for d in run_dirs]
-    out_path = Path(out_path)
     trials = [trial for run_dir in run_dirs for trial in load_run_trials(run_dir)]
     if not trials:
         raise FileNotFoundError(
             "no trial with rows in progress.csv under " + ", ".join(str(d) for d in run_dirs))
     arms = group_trials(trials, group_by)
 
-    fig, axes = plt.subplots(3, 5, figsize=(27, 12.5))
+    # one axes per panel and one more for the arms' key (4 x 4: 15 panels + the key)
+    fig, axes = plt.subplots(4, 4, figsize=(22, 16))
     axes = axes.ravel()
     colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
-    styles = ("-", "--", ":", "-.")
-    # One linestyle per agent / module across all arms, so a style means the same everywhere.
-    style_of = {(panel, name): styles[i % len(styles)]
-                for panel, pattern in ((1, AGENT_RETURN), (4, MODULE_RATIO)) + tuple(
-                    (panel, pattern) for panel, _, pattern in MODULE_DIAGNOSTICS)
-                for i, name in enumerate(_columns(trials, pattern))}
+    # One colour, marker and linestyle per agent / module across all arms, so each means the
+    # same on every panel (an agent and its module share the name with a per-role mapping).
+    subs = sorted({name for pattern in (AGENT_RETURN, MODULE_RATIO) + tuple(
+        pattern for _, _, pattern in MODULE_DIAGNOSTICS) for name in _columns(trials, pattern)})
+    look_of = {name: _series_look(i, len(subs)) for i, name in enumerate(subs)}
+    all_iterations = sorted({int(i) for t in trials for i in t.frame["training_iteration"]})
     summary: dict[str, Any] = {}
     drawn = [False] * len(PANELS)
     legend_handles = []
     for index, (label, members) in enumerate(arms.items()):
         color = colors[index % len(colors)]
         iterations = sorted({int(i) for t in members for i in t.frame["training_iteration"]})
+        marker_size = 3 if len(iterations) > 5 else 6
         entry: dict[str, Any] = {"training_iteration": iterations}
         spread: dict[str, Any] = {}
         stack_base = None
@@ -383,16 +412,20 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
             x = stats["training_iteration"]
             if panel == 5:
                 stack_base = _draw_time_part(ax, name, stats, color, label, len(arms) == 1,
-                                             stack_base)
+                                             stack_base, marker_size)
             elif panel == 6:
-                _draw_held_out(ax, name, stats, members, color, label)
+                _draw_held_out(ax, name, stats, members, color, label, marker_size)
             else:
                 sub = name.split("/")[0] if panel in PER_MODULE_PANELS else None
+                look = look_of.get(sub, {"shade": 0.0, "marker": "o", "linestyle": "-"})
+                # one arm: a colour per agent / module; several: shades of the arm's colour
+                shade = colors[subs.index(sub) % len(colors)] if sub in subs and len(arms) == 1 \
+                    else _shaded(color, look["shade"])
                 if len(members) > 1:
-                    ax.fill_between(x, stats["min"], stats["max"], color=color, alpha=0.18,
-                                    linewidth=0)
-                ax.plot(x, stats["mean"], color=color, linestyle=style_of.get((panel, sub), "-"),
-                        marker="o", markersize=3, label=f"{label}: {sub}" if sub else label)
+                    _draw_band(ax, x, stats["min"], stats["max"], shade)
+                ax.plot(x, stats["mean"], color=shade, linestyle=look["linestyle"],
+                        marker=look["marker"], markersize=marker_size,
+                        label=f"{label}: {sub}" if sub else label)
             drawn[panel] = True
             by_iteration = dict(zip(x, range(len(x))))
             entry[name] = [stats["mean"][by_iteration[i]] if i in by_iteration else None
@@ -418,6 +451,8 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("generated tokens" if title == PANELS[6] else "training iteration")
         ax.grid(alpha=0.3)
+        if title != PANELS[6] and has_data:
+            _iteration_axis(ax, all_iterations)
         if has_data:
             if PANELS.index(title) in PER_MODULE_PANELS + (5, 6):
                 ax.legend(fontsize=6)
@@ -426,13 +461,14 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
                     transform=ax.transAxes, color="grey")
     for panel in (0, 3, 6):
         axes[panel].set_ylim(-0.05, 1.05)
-    key_ax = axes[14]
+    key_ax = axes[len(PANELS)]
     key_ax.axis("off")
     key_ax.legend(handles=legend_handles, loc="upper left", fontsize=7, title="arms",
                   title_fontsize=8, frameon=False)
     key_ax.text(0.0, 0.0, f"line: mean over an arm's seeds\nband: {BAND}\n"
-                          "linestyle: agent / module", transform=key_ax.transAxes, fontsize=8,
-                va="bottom")
+                          "agent / module: its own colour (one arm) or shade of the arm's\n"
+                          "colour (several), marker and linestyle, named in each legend",
+                transform=key_ax.transAxes, fontsize=8, va="bottom")
     # One entry per distinct folder name (seed folders of one arm share it), shortened so a
     # grid of many runs still gives a readable title; the legend names every arm.
     names = ", ".join(dict.fromkeys(d.name for d in run_dirs))
@@ -441,22 +477,57 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path, *,
     seeds = max((len(members) for members in arms.values()), default=1)
     fig.suptitle(f"AT-GRPO: {names}  (mean over seeds, band = {BAND})" if seeds > 1 else
                  f"AT-GRPO: {names}  (one trial per arm: no band)")
-    fig.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
-    out_path.with_suffix(".json").write_text(json.dumps(_json_safe(summary), indent=1))
-    return out_path
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the suptitle
+    return fig, summary
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def _series_look(index: int, count: int) -> dict[str, Any]:
+    """The marker, linestyle and shade (-0.45 darker .. 0.45 lighter) of the ``index``-th of
+    ``count`` agents / modules."""
+    shade = 0.0 if count < 2 else -0.45 + 0.9 * index / (count - 1)
+    return {"shade": shade, "marker": _MARKERS[index % len(_MARKERS)],
+            "linestyle": _LINESTYLES[index % len(_LINESTYLES)]}
+
+
+def _shaded(color, shade: float) -> tuple[float, float, float]:
+    """``color`` mixed with black (``shade`` < 0) or white (> 0) by ``|shade|``."""
+    from matplotlib.colors import to_rgb
+
+    rgb = np.asarray(to_rgb(color))
+    target = np.ones(3) if shade > 0 else np.zeros(3)
+    return tuple(float(v) for v in rgb + (target - rgb) * abs(shade))
+
+
+def _draw_band(ax, x, low, high, color) -> None:
+    """The min-max band over seeds; at a lone point (nothing to fill between) a vertical bar."""
+    if len(x) == 1:
+        ax.vlines(x, low, high, color=color, alpha=0.35, linewidth=4)
+    else:
+        ax.fill_between(x, low, high, color=color, alpha=0.18, linewidth=0)
+
+
+def _iteration_axis(ax, iterations: Sequence[int]) -> None:
+    """Integer ticks and half an iteration of margin either side, so a run of one or two
+    iterations reads as such (not ticks at 1.2, 1.4, ... or a point on the frame)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if iterations:
+        ax.set_xlim(min(iterations) - 0.5, max(iterations) + 0.5)
 
 
 def _draw_time_part(ax, name: str, stats: dict[str, list], color, label: str, stacked: bool,
-                    base: np.ndarray | None) -> np.ndarray | None:
+                    base: np.ndarray | None, marker_size: float = 3) -> np.ndarray | None:
     """One series of the time panel. A single arm: its parts stacked (``base`` is the running
     top of the stack). Several arms: each arm's total iteration seconds as a line."""
     x, mean = stats["training_iteration"], np.asarray(stats["mean"], dtype=float)
     if name == keys.ITERATION_SECONDS:
         if not stacked:
-            ax.plot(x, mean, color=color, marker="o", markersize=3,
+            ax.plot(x, mean, color=color, marker="o", markersize=marker_size,
                     label=f"{label}: training step")
         return base
     if not stacked:
@@ -469,7 +540,7 @@ def _draw_time_part(ax, name: str, stats: dict[str, list], color, label: str, st
 
 
 def _draw_held_out(ax, name: str, stats: dict[str, list], members: Sequence[Trial], color,
-                   label: str) -> None:
+                   label: str, marker_size: float = 3) -> None:
     """Held-out success (mean over seeds, min-max band) at the iterations that evaluated,
     against the arm's mean generated tokens there, starting from the untrained team at 0
     tokens; the untrained team also as a dashed line."""
@@ -492,8 +563,8 @@ def _draw_held_out(ax, name: str, stats: dict[str, list], members: Sequence[Tria
                    label=f"{label}: untrained")
         return
     if len(members) > 1:
-        ax.fill_between(x, low, high, color=color, alpha=0.18, linewidth=0)
-    ax.plot(x, mean, color=color, marker="o", markersize=3, label=f"{label}: held-out")
+        _draw_band(ax, x, low, high, color)
+    ax.plot(x, mean, color=color, marker="o", markersize=marker_size, label=f"{label}: held-out")
 
 
 def _json_safe(value: Any) -> Any:

@@ -267,3 +267,84 @@ def test_iterations_one_seed_did_not_log_still_come_in_order():
                       column)
     assert stats["training_iteration"] == [1, 2, 4]
     assert stats["mean"] == [0.45, 0.3, 0.15] and stats["n"] == [2, 1, 2]
+
+
+# ------------------------------------------------------------------ short runs, told-apart agents
+def _two_iteration_run(run, name="only", shift=0.0, lr=2e-4):
+    """A 2-row progress.csv as a 2-iteration train writes it: KL from the start only from
+    iteration 2 (nothing to compare against before the first update)."""
+    trial = run / name
+    trial.mkdir(parents=True)
+    pd.DataFrame({
+        "training_iteration": [1, 2],
+        "env_runners/success_rate": [0.25 + shift, 0.5 + shift],
+        "env_runners/agent/planner/episode_return_mean": [0.2, 0.4],
+        "env_runners/agent/tool/episode_return_mean": [0.1, 0.3],
+        "learners/planner/kl_to_start": [float("nan"), 0.01],
+        "learners/tool/kl_to_start": [float("nan"), 0.02],
+    }).to_csv(trial / "progress.csv", index=False)
+    (trial / "params.json").write_text(json.dumps(base_params(lr=lr)))
+
+
+def _panel(fig, title):
+    from pettingllms_rllib.plotting import PANELS
+
+    return fig.axes[PANELS.index(title)]
+
+
+def test_a_two_iteration_run_draws_markers_integer_ticks_and_a_colour_per_agent(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from pettingllms_rllib.plotting import draw_runs
+
+    _two_iteration_run(tmp_path / "short")
+    fig, summary = draw_runs([tmp_path / "short"])
+    try:
+        returns = _panel(fig, "per-agent episode return")
+        lines = {line.get_label(): line for line in returns.get_lines()}
+        assert sorted(lines) == ["short: planner", "short: tool"]
+        planner, tool = lines["short: planner"], lines["short: tool"]
+        assert to_hex(planner.get_color()) != to_hex(tool.get_color())
+        assert planner.get_marker() not in (None, "", "None")
+        assert planner.get_marker() != tool.get_marker()
+        assert planner.get_markersize() >= 5  # few iterations: markers large enough to see
+        legend = [text.get_text() for text in returns.get_legend().get_texts()]
+        assert legend == ["short: planner", "short: tool"]
+        # one logged point (iteration 2 only) is a visible marker, not an empty line
+        kl = {line.get_label(): line for line in
+              _panel(fig, "KL from the starting policy (per module)").get_lines()}
+        assert list(kl["short: planner"].get_xdata()) == [2]
+        assert kl["short: planner"].get_marker() not in (None, "", "None")
+        assert to_hex(kl["short: planner"].get_color()) == to_hex(planner.get_color())
+        # iteration axes: whole iterations, half an iteration of margin
+        success = _panel(fig, "success rate")
+        assert success.get_xlim() == pytest.approx((0.5, 2.5))
+        assert [t for t in success.get_xticks() if 0.5 <= t <= 2.5] == [1, 2]
+        assert summary["short"]["training_iteration"] == [1, 2]
+        # the arms' key has its own axes: no panel lies under it
+        assert len(fig.axes) == 16 and not fig.axes[15].axison
+    finally:
+        plt.close(fig)
+
+
+def test_agents_of_several_arms_are_shades_of_their_arms_colour(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from pettingllms_rllib.plotting import draw_runs
+
+    _two_iteration_run(tmp_path / "sweep", "a", lr=1e-4)
+    _two_iteration_run(tmp_path / "sweep", "b", shift=0.1, lr=2e-4)
+    fig, _ = draw_runs([tmp_path / "sweep"])
+    try:
+        lines = {line.get_label(): to_hex(line.get_color())
+                 for line in _panel(fig, "per-agent episode return").get_lines()}
+        assert sorted(lines) == ["sweep: lr=0.0001: planner", "sweep: lr=0.0001: tool",
+                                 "sweep: lr=0.0002: planner", "sweep: lr=0.0002: tool"]
+        assert len(set(lines.values())) == 4  # every (arm, agent) its own colour
+        arm_colours = {line.get_label(): to_hex(line.get_color())
+                       for line in _panel(fig, "success rate").get_lines()}
+        assert len(set(arm_colours.values())) == 2
+    finally:
+        plt.close(fig)
