@@ -1,27 +1,10 @@
 """``ATGRPO``: the RLlib Algorithm whose ``training_step`` runs one AT-GRPO iteration.
 
-1. every :class:`LLMEnvRunner` tree-samples its share of task instances;
-2. the driver checks every runner sampled with the latest weights (a lagging runner fails the
-   iteration loudly), then computes grouped advantages over *all* records before any
-   minibatching (groups never straddle runners: a task lives on one runner);
-3. records are routed to their module (``policy_mapping_fn``) and padded: a MultiAgentBatch;
-4. ``learner_group.update`` (with ``.resource_pools``, each pool gets its modules' batches
-   and the pools train at the same time: ``resource_pools.py``); 5. ``sync_weights`` to the
-   runners; 6. metrics.
-
-With ``async_rollout`` and resource pools, each pool instead updates on its own schedule
-across iterations and its weights are published as soon as its update is in
-(``pool_schedule.py``): a slower pool does not hold back the other pools' modules.
-
-With ``async_rollout`` (one-step off-policy) and one learner group, step 1 collects the sample the runners started
-during the previous iteration and immediately starts the next one with the weights they hold,
-so sampling iteration n+1 overlaps training on iteration n; the new weights reach each runner
-before its next sample (Ray runs an actor's calls in order). Responses then lag the learner by
-one version: the check of step 2 allows ``max_staleness`` versions, and the loss corrects them
-with truncated importance weights (``core/loss.py``).
-
-The held-out evaluation lives in ``held_out.py``, the recovery of lost env runners in
-``runner_recovery.py``; this class calls them.
+The iteration, its schedules (synchronous, ``async_rollout`` one step off-policy, and with
+resource pools each pool on its own schedule: ``pool_schedule.py``) and why each step is where
+it is are described once, in docs/design.md, "One iteration, step by step"; the steps are the
+calls of :meth:`ATGRPO.training_step`. The held-out evaluation lives in ``held_out.py``, the
+recovery of lost env runners in ``runner_recovery.py``; this class calls them.
 """
 
 from __future__ import annotations
@@ -206,9 +189,9 @@ class ATGRPO(Algorithm):
 
     @override(Algorithm)
     def training_step(self) -> None:
-        """One iteration (the module docstring's steps): sample, check the runners' weights,
-        advantages, update, publish the new weights, log the time shares. With
-        ``async_rollout`` and resource pools, each pool on its own schedule instead."""
+        """One iteration (docs/design.md, "One iteration, step by step"): sample, check the
+        runners' weights, advantages, update, publish the new weights, log the time shares.
+        With ``async_rollout`` and resource pools, each pool on its own schedule instead."""
         if self._pool_schedule is not None:
             self._pooled_async_training_step()
             return
