@@ -340,7 +340,9 @@ class ATGRPOConfig(AlgorithmConfig):
         self._check_model_available()
         if engine is not None:
             self._check_engine_settings(engine)
-        self._check_gpu_memory()
+        from pettingllms_rllib.models import preflight
+
+        preflight.check_run_memory(self, self.parsed_resource_pools)
 
     # ------------------------------------------------------------------ Ray resources
     def resource_request(self) -> list[dict[str, float]]:
@@ -432,10 +434,7 @@ class ATGRPOConfig(AlgorithmConfig):
                               "learners, got num_env_runners=0; accepted: num_env_runners >= 1 "
                               "(.env_runners(num_env_runners=1))")
 
-    # ------------------------------------------------------------------ GPU memory
-    #: Tokens of one sequence assumed by the pre-run memory check when no max length is set.
-    ASSUMED_SEQUENCE_TOKENS = 2048
-
+    # ------------------------------------------------------------------ memory
     @property
     def num_modules(self) -> int:
         """Modules every learner builds: one per policy (RLlib builds each one, mapped or not,
@@ -444,56 +443,12 @@ class ATGRPOConfig(AlgorithmConfig):
 
     def check_learner_memory(self, shape, available_bytes: int, *, what: str,
                              device: str = "GPU", hint: str) -> None:
-        """The one learner memory preflight, run by ``validate`` before Ray starts (host RAM,
-        or the configured GPUs) and by each GPU learner on its own device: raises
-        :class:`~pettingllms_rllib.models.memory.InsufficientGPUMemoryError` with the estimate
-        when :meth:`learner_memory_estimate` exceeds ``available_bytes``."""
-        from pettingllms_rllib.models import memory
+        """The one learner memory preflight (``models/preflight.py``), run by ``validate``
+        before Ray starts and by each GPU learner on its own device."""
+        from pettingllms_rllib.models import preflight
 
-        memory.check_fits(self.learner_memory_estimate(shape, self.num_modules),
-                          available_bytes, what=what, device=device, hint=hint)
-
-    def learner_memory_estimate(self, shape, num_modules: int):
-        """A lower bound of one learner's GPU memory: weights, gradients and optimizer states
-        of every module plus the activations of ONE sequence per module. Real peaks grow with
-        the minibatch; the bound catches configs that cannot fit whatever the batch."""
-        from pettingllms_rllib.models.memory import learner_memory
-        from pettingllms_rllib.models.precision import learner_dtypes
-
-        lora = self.lora_kwargs
-        tokens = int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS)
-        weights, autocast = learner_dtypes(self._gpu_dtype_choice, trains_all_weights=lora is None)
-        return learner_memory(
-            shape, dtype=weights, lora_rank=None if lora is None else int(lora["r"]),
-            lora_target_modules=None if lora is None else lora["target_modules"],
-            num_adapters=num_modules, num_models=1 if lora is not None else num_modules,
-            tokens_per_microbatch=tokens * num_modules,
-            gradient_checkpointing=bool(self.gradient_checkpointing),
-            logits_chunk_tokens=int(self.logprob_chunk_size),
-            activation_dtype=self.autocast_dtype or autocast,
-            num_reference_models=num_modules if lora is None and self.uses_kl_penalty else 0)
-
-    def engine_memory_estimate(self, shape, num_modules: int):
-        """A lower bound of one runner's engine memory: weights, adapters and the KV cache of
-        the K branches of one prompt at full length."""
-        from pettingllms_rllib.models.memory import engine_memory
-
-        lora = self.lora_kwargs
-        return engine_memory(
-            shape, dtype=self._gpu_dtype_choice.dtype,
-            max_model_len=int(self.vllm_max_model_len or self.ASSUMED_SEQUENCE_TOKENS),
-            max_num_seqs=int(self.num_branches),
-            num_adapters=num_modules if lora is not None else 1,
-            lora_rank=None if lora is None else int(lora["r"]),
-            lora_target_modules=None if lora is None else lora["target_modules"])
-
-    @property
-    def _gpu_dtype_choice(self):
-        """``model_dtype`` on a GPU, for the memory preflight (which may run on a CPU head
-        node): ``auto`` is taken as bf16, what every GPU since Ampere computes."""
-        from pettingllms_rllib.models.precision import resolve_model_dtype
-
-        return resolve_model_dtype(self.model_dtype, "cuda", cuda_bf16=True)
+        preflight.check_learner_memory(self, shape, available_bytes, what=what, device=device,
+                                       hint=hint)
 
     @property
     def lora_kwargs(self) -> dict[str, Any] | None:
@@ -509,71 +464,6 @@ class ATGRPOConfig(AlgorithmConfig):
         from pettingllms_rllib.engines.spec import EngineSpec
 
         return EngineSpec.from_config(vars(self))
-
-    def _check_gpu_memory(self) -> None:
-        """Refuse, before any Ray work, a model that cannot fit the GPUs the config asks for."""
-        from pettingllms_rllib.models import memory
-
-        pools = self.parsed_resource_pools
-        learner_gpus = float(self.num_gpus_per_learner or 0)
-        if pools is not None:
-            learner_gpus = max(float(pool.num_gpus_per_learner) for pool in pools)
-        runner_gpus = float(self.num_gpus_per_env_runner or 0)
-        if learner_gpus <= 0 and runner_gpus <= 0:
-            self._check_host_memory()
-            return
-        gpu_bytes = (int(float(self.gpu_memory_gib) * memory.GIB) if self.gpu_memory_gib
-                     else memory.available_gpu_bytes())
-        if gpu_bytes is None:
-            logger.info("no GPU here and no gpu_memory_gib: the memory check runs on the learners")
-            return
-        try:
-            shape = memory.model_shape(self.model_spec_dict)
-        except ValueError as exc:  # an architecture the estimator does not know
-            logger.warning("GPU memory check skipped: %s", exc)
-            return
-        if shape is None:
-            logger.info("model config not available offline: GPU memory check skipped")
-            return
-        num_modules = self.num_modules
-        hint = ("use LoRA (.llm(lora={...})), gradient_checkpointing, a smaller model, "
-                "bf16 weights, or more/larger GPUs (docs/gpu.md)")
-        if pools is not None:  # each pool's learners hold only that pool's modules
-            for pool in pools:
-                if float(pool.num_gpus_per_learner) > 0:
-                    memory.check_fits(
-                        self.learner_memory_estimate(shape, len(pool.modules)),
-                        int(gpu_bytes * min(1.0, float(pool.num_gpus_per_learner))),
-                        what=f"a learner of pool {pool.name!r} ({len(pool.modules)} modules of "
-                             f"{self.llm_model!r})", device="GPU", hint=hint)
-        elif learner_gpus > 0:
-            self.check_learner_memory(shape, int(gpu_bytes * min(1.0, learner_gpus)),
-                                      what=f"a learner of {self.llm_model!r}", hint=hint)
-        if runner_gpus > 0:
-            # Full fine-tuning serves one model per module (one vLLM engine each), LoRA one base.
-            num_served_models = 1 if self.lora is not None else num_modules
-            engine = find_engine_kind(self.engine)
-            share = 1.0 if engine is None else engine.runner_gpu_share(self)
-            memory.check_fits(self.engine_memory_estimate(shape, num_modules),
-                              int(gpu_bytes * min(1.0, runner_gpus) * share / num_served_models),
-                              what=f"each {self.engine} engine of an env runner", hint=hint)
-
-    def _check_host_memory(self) -> None:
-        """A CPU run: refuse, before any Ray work, a learner whose lower-bound estimate
-        (weights, gradients, optimizer states, one sequence's activations) exceeds this
-        machine's RAM."""
-        from pettingllms_rllib.models import memory
-
-        ram = memory.host_memory_bytes()
-        try:
-            shape = memory.model_shape(self.model_spec_dict)
-        except ValueError:
-            return
-        if ram is None or shape is None:
-            return
-        self.check_learner_memory(shape, ram, what=f"a CPU learner of {self.llm_model!r}",
-                                  device="host", hint="use LoRA (.llm(lora={...})), "
-                                                      "gradient_checkpointing or a smaller model")
 
     def _check_engine_settings(self, engine) -> None:
         """The engine's package is there (e.g. vLLM's; its own error with the install hint
