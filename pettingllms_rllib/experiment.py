@@ -5,6 +5,22 @@ A file names the ``ATGRPOConfig`` fluent sections to call (``environment``, ``ll
 ``mapping``, Tune's ``stop`` criteria and checkpointing, and an optional ``grid`` over dotted
 keys. Every key is checked against the real method signatures, so a typo fails with the list
 of accepted keys before Ray starts. See ``tune_configs/plan_path_cpu.yaml``.
+
+``extends: <path>`` (relative to the file that names it) builds a file on another one, so the
+arms of one comparison are thin files holding only what differs from the setting they share
+(``tune_configs/baselines/``)::
+
+    # tune_configs/baselines/math_atgrpo_shared_cpu.yaml
+    extends: math_atgrpo_per_role_cpu.yaml
+    mapping: shared
+
+The file's keys are deep-merged over its base's: a mapping (``algorithm``, a section,
+``env_config``, ``stop``, ``grid``, a dict ``mapping``) is merged key by key, recursively;
+anything else (a number, a string, a list, ``null``) replaces the base's value. A base may
+extend another (a chain, resolved base first) and may itself be a runnable experiment; a cycle
+or a missing base is refused. ``name`` and ``description`` describe one file and are not
+inherited (``name`` defaults to the file's stem). ``--set`` overrides apply to the merged
+document, last.
 """
 
 from __future__ import annotations
@@ -24,12 +40,14 @@ from pettingllms_rllib.algorithms.config import GRID_KEY, ATGRPOConfig
 from pettingllms_rllib.algorithms.config_fields import (TUNE_FIELDS, check_value, field_for,
                                                         lora_problems, stop_field)
 
-TOP_LEVEL_KEYS = ("name", "description", "imports", "algorithm", "mapping", "stop", "grid",
+TOP_LEVEL_KEYS = ("extends", "name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples")
 SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
             "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing",
             "evaluation", "resource_pools")
 NAMED_MAPPINGS = ("shared", "per_role")
+#: Top-level keys that describe one file and are not inherited through ``extends``.
+NOT_INHERITED = ("name", "description")
 
 
 class ExperimentError(ValueError):
@@ -300,6 +318,55 @@ def import_env_modules(modules: list[str], *, source: str) -> None:
                                   "on PYTHONPATH or run from the folder that holds it") from exc
 
 
+def merge_documents(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` deep-merged onto ``base`` (neither changed): mappings merged key by key,
+    recursively; any other value of ``over`` (scalar, list, null) replaces the base's."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_documents(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_document(path: str | Path) -> dict[str, Any]:
+    """The experiment file's document with its ``extends`` chain resolved (no ``extends`` key
+    left), every file of the chain checked on its own and the result checked as a whole.
+    Raises :class:`ExperimentError` for a missing file or base, a cycle, or a bad key."""
+    return _resolve_document(Path(path), ())
+
+
+def _resolve_document(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    if not path.is_file():
+        raise ExperimentError(f"experiment file {str(path)!r} does not exist")
+    document = _load_yaml(path.read_text(), source=str(path)) or {}
+    _check_document(document, str(path))
+    if "extends" not in document:
+        return document
+    base_name = document.pop("extends")
+    if not isinstance(base_name, str) or not base_name.strip():
+        raise ExperimentError(f"{path}: extends: expected the relative path of a base "
+                              f"experiment file, got {base_name!r}")
+    base_path = path.parent / base_name
+    here = path.resolve()
+    seen = (*chain, here)
+    if base_path.resolve() in seen:
+        loop = " -> ".join(str(p) for p in (*seen[seen.index(base_path.resolve()):],
+                                              base_path.resolve()))
+        raise ExperimentError(f"{path}: extends: {base_name!r} makes a cycle ({loop}); "
+                              f"accepted: a chain of bases that ends in a file without extends")
+    if not base_path.is_file():
+        raise ExperimentError(f"{path}: extends: base file {base_name!r} does not exist "
+                              f"(looked for {str(base_path)!r}, relative to {str(path.parent)!r})")
+    base = _resolve_document(base_path, seen)
+    for key in NOT_INHERITED:
+        base.pop(key, None)
+    merged = merge_documents(base, document)
+    _check_document(merged, f"{path} (extends {base_name})")
+    return merged
+
+
 def load_experiment(path: str | Path, overrides: list[str] = (), *,
                     resources: Mapping[str, float] | None = None) -> Experiment:
     """Read, override, validate. Raises :class:`ExperimentError` before any Ray work.
@@ -312,12 +379,13 @@ def load_experiment(path: str | Path, overrides: list[str] = (), *,
             Ray forever. None: not checked (a GPU config validated on a CPU head node).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ExperimentError(f"experiment file {str(path)!r} does not exist")
-    document = _load_yaml(path.read_text(), source=str(path)) or {}
-    _check_document(document, str(path))
+    document = load_document(path)
     for text in overrides:
-        set_dotted(document, *parse_override(text))
+        key, value = parse_override(text)
+        if key == "extends":
+            raise ExperimentError(f"--set {text!r}: extends is resolved when the file is read; "
+                                  f"accepted: extends inside an experiment file")
+        set_dotted(document, key, value)
     _check_document(document, f"{path} with --set overrides")
     _make_paths_absolute(document)
     import_env_modules(document.get("imports") or [], source=str(path))

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from pettingllms_rllib.experiment import load_experiment
+from pettingllms_rllib.experiment import load_document, load_experiment
 
 CONFIG_DIR = Path(__file__).parents[1] / "tune_configs"
+#: The paper-scale files (vLLM on GPUs).
+GPU_DIR = CONFIG_DIR / "gpu"
 CONFIGS = sorted(CONFIG_DIR.rglob("*.yaml"))
 TASKS = ("plan_path", "sokoban", "sudoku", "code", "math")
 #: One valid row per hub dataset format the shipped configs use.
@@ -33,7 +34,7 @@ def vllm_counts_as_installed(monkeypatch):
 
 
 def overrides_for(path: Path, tmp_path: Path) -> list[str]:
-    env_config = yaml.safe_load(path.read_text())["algorithm"]["environment"]["env_config"]
+    env_config = load_document(path)["algorithm"]["environment"]["env_config"]
     data_format = env_config.get("dataset_format")
     if data_format is None:
         return []
@@ -72,7 +73,7 @@ def local_qwen3(tmp_path: Path, size: str) -> Path:
 @pytest.mark.parametrize("task,size", GPU_CONFIGS, ids=[f"{t}_{s}" for t, s in GPU_CONFIGS])
 def test_gpu_configs_use_vllm_on_gpus_and_fit_80gb_gpus_by_the_memory_estimate(
         task, size, tmp_path):
-    path = CONFIG_DIR / f"{task}_qwen3_{size}.yaml"
+    path = GPU_DIR / f"{task}_qwen3_{size}.yaml"
     model = local_qwen3(tmp_path, size)
     config = load_experiment(path, overrides_for(path, tmp_path) + [
         f"llm.model={model}", "llm.gpu_memory_gib=80"]).config
@@ -84,7 +85,7 @@ def test_gpu_configs_use_vllm_on_gpus_and_fit_80gb_gpus_by_the_memory_estimate(
 def test_the_papers_full_finetuning_of_qwen3_8b_per_role_is_refused_on_80gb(tmp_path):
     from pettingllms_rllib.experiment import ExperimentError
 
-    path = CONFIG_DIR / "plan_path_qwen3_8b.yaml"
+    path = GPU_DIR / "plan_path_qwen3_8b.yaml"
     with pytest.raises(ExperimentError, match="needs an estimated"):
         load_experiment(path, [f"llm.model={local_qwen3(tmp_path, '8b')}",
                                "llm.gpu_memory_gib=80", "llm.lora=null"])
@@ -97,13 +98,13 @@ CURRENT_ENV_IDS = {task: f"{task}_v0" for task in TASKS} | {"plan_path": "plan_p
 @pytest.mark.parametrize("task", TASKS)
 def test_each_task_has_a_cpu_config_and_a_paper_scale_config(task, tmp_path):
     cpu = load_experiment(CONFIG_DIR / f"{task}_cpu.yaml").config
-    paper_path = CONFIG_DIR / f"{task}_qwen3_1.7b.yaml"
+    paper_path = GPU_DIR / f"{task}_qwen3_1.7b.yaml"
     paper = load_experiment(paper_path, overrides_for(paper_path, tmp_path)).config
     assert cpu.env == paper.env == CURRENT_ENV_IDS[task]
     assert cpu.llm_model == "smollm2-135m-instruct"
     assert paper.llm_model == "Qwen/Qwen3-1.7B"
     assert paper.num_tasks_per_iteration == 128  # the paper's tasks per step
-    large_path = CONFIG_DIR / f"{task}_qwen3_8b.yaml"
+    large_path = GPU_DIR / f"{task}_qwen3_8b.yaml"
     large = load_experiment(large_path, overrides_for(large_path, tmp_path)).config
     assert large.llm_model == "Qwen/Qwen3-8B" and large.env == paper.env
 
@@ -122,19 +123,20 @@ def _without_arm_keys(config: dict) -> tuple[dict, dict]:
            "rollout": config["algorithm"].get("training", {}).pop("rollout", None),
            "single_agent": config["algorithm"]["environment"]["env_config"].pop(
                "single_agent", None)}
-    config.pop("name")
+    config.pop("name", None)
     return config, {key: value for key, value in arm.items()
                     if value not in (None, "per_role")}
 
 
 @pytest.mark.parametrize("task", REPLICATED_TASKS)
 def test_the_arms_of_a_replication_differ_only_in_their_own_keys(task):
-    """The four arms are near-copies of one file (each stays runnable on its own); a budget,
-    prompt or learning rate edited in one of them would make the comparison unmatched."""
+    """The four arms resolve (``extends``) to one document but for their own keys (each stays
+    runnable on its own); a budget, prompt or learning rate set in one arm's file would make the
+    comparison unmatched."""
     per_role, _ = _without_arm_keys(
-        yaml.safe_load((CONFIG_DIR / "baselines" / f"{task}_atgrpo_per_role_cpu.yaml").read_text()))
+        load_document(CONFIG_DIR / "baselines" / f"{task}_atgrpo_per_role_cpu.yaml"))
     for arm, keys in ARM_KEYS.items():
         path = CONFIG_DIR / "baselines" / f"{task}_{arm}_cpu.yaml"
-        rest, own = _without_arm_keys(yaml.safe_load(path.read_text()))
+        rest, own = _without_arm_keys(load_document(path))
         assert own == keys, (path.name, own)
         assert rest == per_role, path.name

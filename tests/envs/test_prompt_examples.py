@@ -9,9 +9,8 @@ episode may end solved. The main job's trained 135M model had learned exactly th
 from pathlib import Path
 
 import pytest
-import yaml
 
-from pettingllms_rllib.experiment import import_env_modules
+from pettingllms_rllib.experiment import import_env_modules, load_document
 
 from pettingllms_rllib.envs import make_text_env
 
@@ -23,7 +22,7 @@ SEEDS = range(200)
 def task_settings():
     settings = {}
     for path in CONFIGS:
-        config = yaml.safe_load(path.read_text())
+        config = load_document(path)
         import_env_modules(config.get("imports", []), source=path.name)
         environment = config["algorithm"]["environment"]
         key = (environment["env"], repr(sorted(environment.get("env_config", {}).items())))

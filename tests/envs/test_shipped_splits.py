@@ -10,9 +10,8 @@ kept on purpose (its own test shows the leak); no shipped config uses it.
 from pathlib import Path
 
 import pytest
-import yaml
 
-from pettingllms_rllib.experiment import import_env_modules
+from pettingllms_rllib.experiment import import_env_modules, load_document
 
 from pettingllms_rllib.envs import check_splits_disjoint, distinct_instance_seeds, make_text_env
 
@@ -24,7 +23,7 @@ HUB_DATASETS = {"POLARIS-Project/Polaris-Dataset-53K", "deepmind/code_contests"}
 def task_settings():
     settings = {}
     for path in CONFIGS:
-        config = yaml.safe_load(path.read_text())
+        config = load_document(path)
         import_env_modules(config.get("imports", []), source=path.name)
         environment = config["algorithm"]["environment"]
         env_config = environment.get("env_config", {})
