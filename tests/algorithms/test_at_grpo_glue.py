@@ -50,7 +50,11 @@ def test_runners_in_step_pass_and_report_the_minimum_version():
 
 
 def test_before_the_first_sync_no_version_is_expected():
-    ATGRPO._check_weights_versions(_algo(None), [{"worker_index": 0, "weights_version": 0}])
+    algo = _algo(None, max_staleness=0)
+    assert algo._oldest_allowed_version() is None
+    ATGRPO._check_weights_versions(algo, [{"worker_index": 0, "weights_version": 0},
+                                          {"worker_index": 1, "weights_version": 2}])
+    assert algo.metrics.values == {("env_runners", "weights_version_min"): 0}
 
 
 def test_a_remote_runners_env_failure_stops_the_run_as_itself_not_as_a_lost_runner():

@@ -113,10 +113,34 @@ def test_a_module_absent_from_the_last_minibatch_keeps_its_real_gradient_norm(le
     # reviewer: 4 rows, one minibatch; writer: 28 rows, four; the last steps hold only writer
     batch = MultiAgentBatch({"writer": per_row_batch(28, 100),
                              "reviewer": per_row_batch(4, 1000)}, env_steps=32)
-    _, results = rows_seen_by_loss(learner, batch, num_epochs=1, minibatch_size=8,
-                                   shuffle_batch_per_epoch=False)
+    import torch
+
+    steps: dict[str, list[float | None]] = {"writer": [], "reviewer": []}
+    original = ATGRPOTorchLearner.postprocess_gradients_for_module
+
+    def spy(self, *, module_id, config=None, module_gradients_dict):
+        # per step and module: the pre-clip norm of the gradients it got, None when absent
+        grads = [g.detach().double() for g in module_gradients_dict.values()]
+        steps[module_id].append(float(torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(g) for g in grads]))) if grads else None)
+        return original(self, module_id=module_id, config=config,
+                        module_gradients_dict=module_gradients_dict)
+
+    learner.postprocess_gradients_for_module = spy.__get__(learner)
+    try:
+        _, results = rows_seen_by_loss(learner, batch, num_epochs=1, minibatch_size=8,
+                                       shuffle_batch_per_epoch=False)
+    finally:
+        del learner.postprocess_gradients_for_module
+    # 28 writer rows in minibatches of 8: four steps; the reviewer's 4 rows ride the first
+    assert [n is not None for n in steps["writer"]] == [True] * 4
+    assert [n is not None for n in steps["reviewer"]] == [True, False, False, False]
+    assert all(n > 0 for n in steps["writer"]) and steps["reviewer"][0] > 0
+    # the logged norm is the one of the module's last step with gradients, not the 0 of an
+    # empty set (nor another module's)
     norm = "gradients_default_optimizer_global_norm"
-    assert results["reviewer"][norm].peek() > 0 and results["writer"][norm].peek() > 0
+    assert results["reviewer"][norm].peek() == pytest.approx(steps["reviewer"][0], rel=1e-5)
+    assert results["writer"][norm].peek() == pytest.approx(steps["writer"][-1], rel=1e-5)
 
 
 @pytest.mark.parametrize("sizes", [(8, 8), (28, 4)])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pettingllms_rllib.algorithms.at_grpo import split_tasks
 from pettingllms_rllib.checkpoints import is_algorithm_checkpoint
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -22,17 +23,29 @@ def _python_blocks() -> list[str]:
 def test_the_python_api_example_trains_saves_and_prints_a_success_rate(tmp_path):
     example = _python_blocks()[0]  # the Python API section comes first
     assert 'model="smollm2-135m-instruct"' in example and "range(3)" in example
+    printed = 'print(algo.train()["env_runners"]["success_rate"])'
+    assert printed in example
     tiny = example.replace(
         'model="smollm2-135m-instruct",',
         'model="tiny-random", tiny_model_config={"hidden_size": 32, "intermediate_size": 64, '
         '"num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1},').replace(
         "range(3)", "range(1)").replace("num_tasks_per_iteration=8", "num_tasks_per_iteration=1"
     ).replace("/tmp/atgrpo_ckpt", str(tmp_path / "ckpt")).replace(
-        "ray.init()", "ray.init(num_cpus=2, include_dashboard=False)")
+        "ray.init()", "ray.init(num_cpus=2, include_dashboard=False)").replace(
+        printed, printed.replace("algo.train()", "(result := algo.train())"))
+    # and after it, what the printed rate is a fraction of
+    tiny += ('\nprint(result["env_runners"]["num_episodes"], algo.config.num_env_runners,'
+             ' algo.config.num_tasks_per_iteration)\n')
     run = subprocess.run([sys.executable, "-c", tiny], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert re.search(r"^\d\.\d+$|^0$|^1$|^0\.0$", run.stdout.strip().splitlines()[-1])
+    *_, rate, counts = run.stdout.strip().splitlines()
+    episodes, runners, tasks = map(int, counts.split())
+    # one iteration of one task per iteration, each env runner playing at least one
+    assert tasks == 1 and episodes == sum(split_tasks(tasks, runners)) >= 1
+    # the printed success rate is the fraction of those episodes that succeeded
+    assert re.fullmatch(r"\d\.\d+", rate), rate
+    assert any(float(rate) == pytest.approx(k / episodes) for k in range(episodes + 1)), rate
     assert is_algorithm_checkpoint(tmp_path / "ckpt")
 
 

@@ -2,6 +2,7 @@
 
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -10,8 +11,15 @@ from pettingllms_rllib.serving.client import wait_until_serving
 
 
 class _Models(BaseHTTPRequestHandler):
+    """Answers 503 (still loading) to the first GET of /v1/models, 200 after; 404 elsewhere.
+    Every path asked for is kept in ``paths``."""
+
+    paths: list[str] = []
+
     def do_GET(self):  # noqa: N802 (http.server's name)
-        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.paths.append(self.path)
+        loaded = self.paths.count("/v1/models") > 1
+        self.send_response((200 if loaded else 503) if self.path == "/v1/models" else 404)
         self.end_headers()
 
     def log_message(self, *args):
@@ -19,13 +27,19 @@ class _Models(BaseHTTPRequestHandler):
 
 
 def test_it_returns_once_the_models_route_answers():
-    server = HTTPServer(("127.0.0.1", 0), _Models)
+    handler = type("_Fresh", (_Models,), {"paths": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        wait_until_serving(f"http://127.0.0.1:{server.server_port}", timeout_s=10)
+        start = time.monotonic()
+        returned = wait_until_serving(f"http://127.0.0.1:{server.server_port}", timeout_s=10)
+        waited = time.monotonic() - start
     finally:
         server.shutdown()
+    # it asked the models route until it answered 200 (a 503 is not serving yet), then stopped
+    assert returned is None and handler.paths == ["/v1/models", "/v1/models"]
+    assert waited < 9  # one retry (about a second apart), not the whole timeout
 
 
 def test_it_gives_up_at_the_timeout_or_at_once_when_the_server_exited():

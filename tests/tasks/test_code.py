@@ -5,11 +5,12 @@ import json
 import math
 
 import pytest
+from hang_guard import parse_within_bound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
-from pettingllms_envs.code import CodeEnv, parse_tester_answer
+from pettingllms_envs.code import MAX_PARSED_TESTS, CodeEnv, parse_tester_answer
 from pettingllms_envs.code_data import load_dataset_problems, load_humaneval, problem_split
 from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.common import extract_python_code
@@ -432,11 +433,27 @@ def test_env_step_never_raises_on_hostile_text(text, env):
         assert env.observation_space(agent).contains(observation)
 
 
-def test_parsers_handle_megabytes_of_text():
-    for text in ("x" * 5_000_000, "Input:\n" * 200_000, "Input: 1\nOutput: 2\n" * 250_000,
-                 "```\n" * 300_000, "[" * 2_000_000, "assert f(1) == 2\n" * 200_000):
-        for parser in (extract_python_code, parse_tester_answer):
-            assert isinstance(parser(text), ParseResult)
+_NO_CODE, _NO_TESTS = "no complete ```python code block", "no test cases found"
+
+
+@pytest.mark.parametrize("text,code,tests", [
+    ("x" * 5_000_000, _NO_CODE, _NO_TESTS),
+    ("Input:\n" * 200_000, _NO_CODE, _NO_TESTS),
+    ("Input: 1\nOutput: 2\n" * 250_000, _NO_CODE,
+     ParseResult(value=(TestCase(input="1", output="2"),) * MAX_PARSED_TESTS)),
+    ("```\n" * 300_000, _NO_CODE, _NO_TESTS),
+    ("[" * 2_000_000, _NO_CODE, _NO_TESTS),
+    ("assert f(1) == 2\n" * 200_000, _NO_CODE,
+     ParseResult(value=(TestCase(input="f(1)", output="2"),) * MAX_PARSED_TESTS)),
+    # five megabytes of junk, then a real block: found
+    ("x" * 5_000_000 + "\n```python\nprint(1)\n```\n", ParseResult(value="print(1)"), _NO_TESTS),
+    ("x" * 5_000_000 + "\nInput: 3\nOutput: 4\n", _NO_CODE,
+     ParseResult(value=(TestCase(input="3", output="4"),))),
+], ids=["x", "inputs", "pairs", "fences", "brackets", "asserts", "junk_then_code",
+        "junk_then_test"])
+def test_parsers_handle_megabytes_of_text(text, code, tests):
+    for parser, expected in ((extract_python_code, code), (parse_tester_answer, tests)):
+        parse_within_bound(parser, text, expected)
 
 
 def test_load_humaneval_is_the_default_problem_list():

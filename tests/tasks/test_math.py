@@ -6,6 +6,7 @@ import re
 import threading
 
 import pytest
+from hang_guard import MEGABYTE_PARSE_BOUND_S, finishes_within
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
@@ -555,11 +556,38 @@ def test_parsers_never_raise_on_hostile_text(text):
         assert answer.value == extract_boxed(text).strip().strip("$").strip()
 
 
-def test_parsers_handle_megabytes_of_text():
-    for text in ("x" * 2_000_000, "\\boxed{" * 200_000, "{" * 1_000_000 + "\\boxed{1}",
-                 "\\boxed 1" * 200_000, "\n" * 1_000_000 + "7"):
-        for parser in (parse_reasoner_answer, parse_program_output, extract_python_code):
-            assert isinstance(parser(text), ParseResult)
+_NO_BOX, _LONG_LINE, _NO_CODE = ("no \\boxed{...} answer", "longer than 200 characters",
+                                 "no complete ```python code block")
+
+
+def _expect(result: ParseResult, expected) -> None:
+    """``expected``: the whole ParseResult, a set of accepted ParseResults, or the phrase a
+    parse error must contain."""
+    if isinstance(expected, ParseResult):
+        assert result == expected
+    elif isinstance(expected, set):
+        assert result in expected
+    else:
+        assert not result.ok and result.value is None and expected in result.error, result
+
+
+@pytest.mark.parametrize("text,reasoner,program_output,code", [
+    ("x" * 2_000_000, _NO_BOX, _LONG_LINE, _NO_CODE),
+    ("\\boxed{" * 200_000, _NO_BOX, _LONG_LINE, _NO_CODE),
+    ("{" * 1_000_000 + "\\boxed{1}", ParseResult(value="1"), _LONG_LINE, _NO_CODE),
+    # The token after "\\boxed " runs to whitespace, so it swallows the next "\\boxed" (the last
+    # box read is "1\\boxed", as for "\\boxed 1" * 2); "1" would be the last box by start.
+    ("\\boxed 1" * 200_000, {ParseResult(value="1"), ParseResult(value="1\\boxed")},
+     _LONG_LINE, _NO_CODE),
+    ("\n" * 1_000_000 + "7", _NO_BOX, ParseResult(value="7"), _NO_CODE),
+], ids=["x", "open_boxes", "open_braces", "spaced_boxes", "newlines"])
+def test_parsers_handle_megabytes_of_text(text, reasoner, program_output, code):
+    for parser, expected in ((parse_reasoner_answer, reasoner),
+                             (parse_program_output, program_output),
+                             (extract_python_code, code)):
+        with finishes_within(MEGABYTE_PARSE_BOUND_S, f"{parser.__name__} on {text[:12]!r}..."):
+            result = parser(text)
+        _expect(result, expected)
 
 
 _HOSTILE_ENV = MathEnv(code_runner=_echo_runner)

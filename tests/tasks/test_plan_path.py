@@ -5,12 +5,14 @@ import time
 
 import numpy as np
 import pytest
+from hang_guard import parse_within_bound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.common import extract_python_code
-from pettingllms_envs.moves import parse_move_tokens, parse_planner_answer, parse_program_output
+from pettingllms_envs.moves import (MAX_PARSED_MOVES, parse_move_tokens, parse_planner_answer,
+                                    parse_program_output)
 from pettingllms_envs.plan_path import (
     GridTask, PlanPathEnv, RewardConfig, bfs_distances, generate_split_task, generate_task,
     shortest_path, simulate_moves, task_split)
@@ -356,11 +358,26 @@ def test_parsers_never_raise_on_hostile_text(text):
         assert moves.value and set(moves.value) <= set("UDLR")
 
 
-def test_parsers_handle_megabytes_of_text():
-    for text in ("x" * 5_000_000, "Moves: " + "R" * 5_000_000, "Moves: " + "R " * 2_000_000,
-                 "```python\n" * 500_000, "moves:" * 800_000):
-        for parser in (parse_planner_answer, parse_program_output, extract_python_code):
-            assert isinstance(parser(text), ParseResult)
+_NO_LABEL, _NO_CODE, _TOO_MANY = ("no 'Moves:' line", "no complete ```python code block",
+                                  f"more than {MAX_PARSED_MOVES} moves")
+
+
+@pytest.mark.parametrize("text,answer,program_output,code", [
+    ("x" * 5_000_000, _NO_LABEL, 'not a move: "xxxx', _NO_CODE),
+    ("Moves: " + "R" * 5_000_000, 'not a move: "RRRR', 'not a move: "RRRR', _NO_CODE),
+    ("Moves: " + "R " * 2_000_000, _TOO_MANY, _TOO_MANY, _NO_CODE),
+    ("```python\n" * 500_000, _NO_LABEL, 'not a move: "python"', _NO_CODE),
+    ("moves:" * 800_000, "no moves given", "no moves given", _NO_CODE),
+    # five megabytes of junk, then a real answer (the program output's last line): found
+    ("x" * 5_000_000 + "\nMoves: R D R\n", ParseResult(value=("R", "D", "R")),
+     ParseResult(value=("R", "D", "R")), _NO_CODE),
+], ids=["x", "long_word", "spaced_moves", "fences", "labels", "junk_then_answer"])
+def test_parsers_handle_megabytes_of_text(text, answer, program_output, code):
+    for parser, expected in ((parse_planner_answer, answer), (parse_program_output, program_output),
+                             (extract_python_code, code)):
+        result = parse_within_bound(parser, text, expected)
+        if not result.ok:
+            assert len(result.error) < 200  # the megabyte word is cut in the message
 
 
 def _echo_runner(code: str) -> SandboxResult:

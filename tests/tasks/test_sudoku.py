@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from hang_guard import MEGABYTE_PARSE_BOUND_S, finishes_within
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
@@ -565,12 +566,38 @@ def test_parsers_never_raise_on_hostile_text(text):
     assert parse_answer(text, 4) == (expected or ParseResult(error="no 'Answer:' line"))
 
 
-def test_parsers_handle_megabytes_of_text():
-    for text in ("x" * 5_000_000, "Answer: " + "1" * 5_000_000, "Answer: " + "1 " * 2_000_000,
-                 "Answer:\n" + "r\n" * 2_000_000, "```python\n" * 500_000, "answer:" * 800_000):
-        for size in (4, 9):
-            assert isinstance(parse_answer(text, size), ParseResult)
-            assert isinstance(parse_program_output(text, size), ParseResult)
+_NO_LABEL, _NO_GRID = "no 'Answer:' line", "no {n}x{n} grid rows or 'row col digit' placements"
+_SOLVED_4X4 = "1234\n3412\n2143\n4321\n"
+_SOLVED_4X4_PLACEMENTS = ParseResult(value=tuple(
+    (r, c, int(d)) for r, row in enumerate(_SOLVED_4X4.split()) for c, d in enumerate(row)))
+
+
+@pytest.mark.parametrize("size", [4, 9])
+@pytest.mark.parametrize("text,answer,program_output", [
+    ("x" * 5_000_000, _NO_LABEL, _NO_GRID),
+    ("Answer: " + "1" * 5_000_000, _NO_GRID, _NO_GRID),
+    ("Answer: " + "1 " * 2_000_000, _NO_GRID, _NO_GRID),
+    ("Answer:\n" + "r\n" * 2_000_000, _NO_GRID, _NO_GRID),
+    ("```python\n" * 500_000, _NO_LABEL, _NO_GRID),
+    ("answer:" * 800_000, _NO_GRID, _NO_GRID),
+    # five megabytes of junk, then a real answer: found (a 4x4 grid is no 9x9 answer)
+    ("x" * 5_000_000 + "\nAnswer:\n" + _SOLVED_4X4,
+     {4: _SOLVED_4X4_PLACEMENTS, 9: "number 1234 out of range"},
+     {4: _SOLVED_4X4_PLACEMENTS, 9: "number 1234 out of range"}),
+], ids=["x", "long_digit_run", "spaced_digits", "letter_rows", "fences", "labels",
+        "junk_then_answer"])
+def test_parsers_handle_megabytes_of_text(text, answer, program_output, size):
+    for parser, expected in ((parse_answer, answer), (parse_program_output, program_output)):
+        if isinstance(expected, dict):
+            expected = expected[size]
+        with finishes_within(MEGABYTE_PARSE_BOUND_S, f"{parser.__name__}(..., {size}) on "
+                                               f"{text[:12]!r}..."):
+            result = parser(text, size)
+        if isinstance(expected, ParseResult):
+            assert result == expected
+        else:
+            assert not result.ok and result.value is None, result
+            assert expected.format(n=size) in result.error
 
 
 _HOSTILE_ENVS = [SudokuEnv(sandbox_limits=FAST, code_runner=_echo_runner),
