@@ -10,7 +10,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
+from toy_ray import AGENTS, TINY, runner_holds, toy_ray_session  # noqa: E402
 
 from pettingllms_rllib.algorithms import ATGRPO, ATGRPOConfig  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
@@ -107,7 +107,7 @@ def test_checkpoint_restore_and_continue(tmp_path):
                 assert torch.equal(state[mid][key], saved[mid][key]), (mid, key)
             runner = restored.env_runner_group.local_env_runner.module[mid].get_state()
             for key in saved[mid]:
-                assert torch.equal(runner[key], saved[mid][key]), ("runner", mid, key)
+                assert runner_holds(runner[key], saved[mid][key]), ("runner", mid, key)
         result = restored.train()
         assert restored.iteration == 3
         assert result["env_runners"]["weights_version_min"] >= 2  # sampled with restored weights

@@ -68,3 +68,14 @@ def per_role_lora_checkpoint(folder, *, tiny_model_config, env_config, **llm) ->
             algo.stop()
     finally:
         ray.shutdown()
+
+
+def runner_holds(runner_value, learner_value) -> bool:
+    """Whether an env runner's copy of a weight is the learner's: equal once cast to the
+    runner's dtype. Runner copies hold LoRA adapters in the base's dtype (bf16 under
+    ``model_dtype: auto`` on a CPU with AMX or AVX512-BF16; ``models/rl_modules.py``), the
+    learner fp32 ones, so an fp32 machine compares them exactly."""
+    import torch
+
+    runner_value, learner_value = torch.as_tensor(runner_value), torch.as_tensor(learner_value)
+    return torch.equal(runner_value, learner_value.to(runner_value.dtype))
