@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 #: ``.training``'s own keys; it passes the others on to RLlib's.
 _TRAINING_KEYS = frozenset(knob.key for knob in section_knobs("training"))
+#: The keys ``.training`` hands to RLlib's setter (read once, not on every call).
+_RLLIB_TRAINING_KEYS = frozenset(inspect.signature(AlgorithmConfig.training).parameters) - {"self"}
 #: Key under which a Tune grid over whole configs is resolved (see ``experiment.py``).
 GRID_KEY = "__grid__"
 
@@ -133,8 +135,7 @@ class ATGRPOConfig(AlgorithmConfig):
 
     @override(AlgorithmConfig)
     def training(self, **values) -> "ATGRPOConfig":
-        rllib_keys = frozenset(inspect.signature(AlgorithmConfig.training).parameters) - {"self"}
-        self._set_knobs("training", values, passed_on=rllib_keys)
+        self._set_knobs("training", values, passed_on=_RLLIB_TRAINING_KEYS)
         return super().training(**{key: value for key, value in values.items()
                                    if key not in _TRAINING_KEYS})
 
@@ -454,7 +455,9 @@ class ATGRPOConfig(AlgorithmConfig):
     def lora_kwargs(self) -> dict[str, Any] | None:
         """The full peft LoraConfig kwargs every module's adapter is built with (library
         defaults under the user's ``lora``), or None for full fine-tuning."""
-        return self.engine_spec.lora_kwargs
+        from pettingllms_rllib.models.memory import lora_kwargs
+
+        return lora_kwargs(self.lora)
 
     @property
     def engine_spec(self):

@@ -16,7 +16,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from pettingllms_rllib.models.memory import DEFAULT_LORA
+from pettingllms_rllib.models.memory import lora_kwargs
 
 __all__ = ["EngineSpec", "SPEC_VERSION"]
 
@@ -67,13 +67,12 @@ class EngineSpec:
         """The spec of a run config: ``vars(ATGRPOConfig)`` or a checkpoint's config dict."""
         from pettingllms_rllib.models.loading import ModelSpec
 
-        lora = config.get("lora")
         return cls(
             engine=str(config.get("engine") or "hf"),
             policies=tuple(sorted(config.get("policies") or ())),
             model=ModelSpec.fields_of_config(config),
             model_dtype=str(config["model_dtype"]),
-            lora=None if lora is None else {**DEFAULT_LORA, **dict(lora)},
+            lora=lora_kwargs(config.get("lora")),
             system_prompt=config.get("system_prompt"),
             max_new_tokens=int(config["max_new_tokens"]),
             temperature=float(config["temperature"]),

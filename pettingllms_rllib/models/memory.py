@@ -27,6 +27,14 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 DEFAULT_LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
                 "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 DEFAULT_LORA_RANK = DEFAULT_LORA["r"]
+
+
+def lora_kwargs(lora) -> dict | None:
+    """The full peft ``LoraConfig`` kwargs of a run's ``lora`` (these defaults under it), or
+    None for full fine-tuning: the one place they are merged."""
+    return None if lora is None else {**DEFAULT_LORA, **dict(lora)}
+
+
 DEFAULT_LORA_TARGETS = tuple(DEFAULT_LORA["target_modules"])
 #: peft up-casts bf16/fp16 adapters to fp32 (``autocast_adapter_dtype``), so adapters and their
 #: gradients and AdamW states are fp32 whatever the base dtype.

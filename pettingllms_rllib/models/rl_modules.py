@@ -29,7 +29,7 @@ from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
 from pettingllms_rllib.models.precision import learner_dtypes
-from pettingllms_rllib.models.memory import DEFAULT_LORA
+from pettingllms_rllib.models.memory import DEFAULT_LORA, lora_kwargs  # noqa: F401  (the defaults the modules are built with)
 from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
 TOKEN_LOGP = "token_logp"
@@ -224,7 +224,7 @@ class SharedBaseLoRAMultiRLModule(MultiRLModule):
         for param in base.parameters():
             param.requires_grad_(False)
         _maybe_checkpoint_activations(base, config, self.inference_only)
-        lora_config = LoraConfig(**{**DEFAULT_LORA, **dict(config.get("lora") or {})})
+        lora_config = LoraConfig(**lora_kwargs(config.get("lora") or {}))
         peft_model = get_peft_model(base, lora_config, adapter_name=module_ids[0])
         for module_id in module_ids[1:]:
             peft_model.add_adapter(module_id, lora_config)
