@@ -29,7 +29,7 @@ from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm
 from pettingllms_rllib.models.precision import learner_dtypes
-from pettingllms_rllib.models.memory import DEFAULT_LORA, lora_kwargs  # noqa: F401  (the defaults the modules are built with)
+from pettingllms_rllib.models.memory import DEFAULT_LORA, lora_kwargs  # noqa: F401 (tested)
 from pettingllms_rllib.models.logprobs import packed_response_logprobs, response_logprobs
 
 TOKEN_LOGP = "token_logp"
