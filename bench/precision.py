@@ -5,6 +5,7 @@
     python bench/precision.py mismatch    # engine vs learner log-probs of the same samples
     python bench/precision.py iteration   # main-job iterations, float32 vs auto
     python bench/precision.py profile     # where a main-job generate call's time goes
+    python bench/precision.py learner     # one main-job minibatch: forward, backward, recompute
 
 Every part alternates the two arms within each repetition, so drift in machine load hits both;
 quote the ratios, not the absolute times (a shared 2-core VM). ``auto`` resolves here as the
@@ -20,6 +21,12 @@ library does (``models/precision.py``): printed first. Results: bench/RESULTS.md
   prompts x K=4, 48 new tokens, temperature 0.7), under ``torch.profiler`` in both arms: wall
   seconds per call and the ops with the most self CPU time, so the gap between a bf16 GEMM's
   speed-up and the iteration's is read from measurements.
+* ``learner``: the learner's copies of the main job (bundled base, one LoRA adapter per role,
+  built from its config) on one minibatch shaped as the main job's (2 shared-prefix rows, each
+  a 90-token prompt and K=4 responses of 40 tokens): seconds of the training forward, its
+  backward and the no-gradient recompute of the ratio's denominator, best of ``--repeats``;
+  a minibatch as trained is forward + backward in fp32 (the exact path recomputes nothing) and
+  all three under ``auto``.
 * ``iteration``: the main job (``tune_configs/math_cpu.yaml``, ``--set`` overrides apply) built
   with ``build_algo`` in a fresh subprocess per arm and repetition, ``--iterations`` each; wall
   seconds per iteration and the time shares (generate, learner, ...).
@@ -205,6 +212,68 @@ def bench_profile(args) -> dict:
                                              / arms["auto"]["seconds_per_call"])}
 
 
+# ---------------------------------------------------------------------------------- learner
+def _packed_minibatch(rows: int = 2, prompt: int = 90, samples: int = 4, response: int = 40,
+                      vocab: int = 40000) -> dict:
+    """Shared-prefix rows (``core.batching.pack_records``) of random tokens."""
+    generator = torch.Generator().manual_seed(0)
+    length = prompt + samples * response
+    segments = torch.zeros(rows, length, dtype=torch.long)
+    positions = torch.zeros(rows, length, dtype=torch.long)
+    positions[:, :prompt] = torch.arange(prompt)
+    for k in range(samples):
+        start = prompt + k * response
+        segments[:, start:start + response] = k + 1
+        positions[:, start:start + response] = torch.arange(prompt, prompt + response)
+    return {"input_ids": torch.randint(0, vocab, (rows, length), generator=generator),
+            "position_ids": positions, "segment_ids": segments,
+            "response_mask": (segments > 0).float()}
+
+
+def bench_learner(args) -> dict:
+    from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+
+    from pettingllms_rllib.envs import make_text_env
+    from pettingllms_rllib.experiment import load_experiment
+    from pettingllms_rllib.models.rl_modules import TOKEN_LOGP
+
+    batch = _packed_minibatch()
+    modules = {}
+    for arm in ("float32", "auto"):
+        config = load_experiment(MAIN_JOB, [f"llm.model_dtype={arm}"]).config
+        env = make_text_env(config.env, config.env_config)
+        agent = env.possible_agents[0]
+        obs, act = env.observation_space(agent), env.action_space(agent)
+        spaces = {INPUT_ENV_SPACES: (obs, act), INPUT_ENV_SINGLE_SPACES: (obs, act),
+                  **{config.policy_mapping_fn(a, None): (obs, act) for a in env.possible_agents}}
+        built = config.get_multi_rl_module_spec(spaces=spaces, inference_only=False).build()
+        modules[arm] = built[config.policy_mapping_fn(agent, None)]
+    seconds: dict[str, dict[str, list[float]]] = {
+        arm: {"forward": [], "backward": [], "recompute": []} for arm in modules}
+    for repeat in range(args.repeats + 1):  # the first is the warm-up
+        for arm, module in modules.items():
+            start = time.perf_counter()
+            logp = module.forward_train(batch)[TOKEN_LOGP]
+            forward = time.perf_counter()
+            logp.sum().backward()
+            backward = time.perf_counter()
+            module.detached_logprobs(batch)
+            end = time.perf_counter()
+            if repeat:
+                for part, value in (("forward", forward - start), ("backward", backward - forward),
+                                    ("recompute", end - backward)):
+                    seconds[arm][part].append(value)
+    best = {arm: {part: min(v) for part, v in parts.items()} for arm, parts in seconds.items()}
+    # As trained: the exact path (fp32 on-policy) needs no recompute, bf16 always does.
+    trained = {"float32": best["float32"]["forward"] + best["float32"]["backward"],
+               "auto": sum(best["auto"].values())}
+    return {"minibatch_as_trained_s": trained,
+            "minibatch_fp32_over_auto": trained["float32"] / trained["auto"],"seconds": seconds, "best_seconds": best,
+            "fp32_over_auto": {part: best["float32"][part] / best["auto"][part]
+                               for part in best["float32"]},
+            "shape": {k: list(v.shape) for k, v in batch.items()}}
+
+
 # -------------------------------------------------------------------------------- iteration
 
 
@@ -229,7 +298,8 @@ def main() -> None:
     from pettingllms_rllib.models.precision import resolve_model_dtype
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("gemm", "model", "mismatch", "profile", "iteration"))
+    parser.add_argument("part", choices=("gemm", "model", "mismatch", "profile", "learner",
+                                             "iteration"))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=3)
@@ -241,7 +311,8 @@ def main() -> None:
     choice = resolve_model_dtype("auto")
     log(choice.describe())
     result = {"gemm": bench_gemm, "model": bench_model, "mismatch": bench_mismatch,
-              "profile": bench_profile, "iteration": bench_iteration}[args.part](args)
+              "profile": bench_profile, "learner": bench_learner,
+              "iteration": bench_iteration}[args.part](args)
     result.update(threads=args.threads, auto=choice.describe())
     emit_result(result, args.out)
 

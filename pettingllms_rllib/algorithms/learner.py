@@ -160,7 +160,7 @@ class ATGRPOTorchLearner(TorchLearner):
         with torch.no_grad():
             for part in split_rows(counts, rows, minibatch_size):
                 piece = trimmed_rows(module_batch, part)
-                logp = self._module[module_id].forward_train(piece)[TOKEN_LOGP]
+                logp = self._module[module_id].detached_logprobs(piece)
                 index = torch.as_tensor(part, dtype=torch.long, device=proximal.device)
                 mask = piece["response_mask"].to(logp.dtype)
                 proximal[index, :logp.shape[1]] = (logp * mask).to(proximal.dtype)

@@ -62,33 +62,37 @@ def _softcap(config) -> float | None:
 
 
 def _chunk_logprobs(head, states, targets, temperature: float, softcap: float | None,
-                    entropy_grad: bool):
+                    entropy_grad: bool, with_entropy: bool = True):
     """Log-probs of ``targets`` and the entropy of each position's distribution (detached
-    unless ``entropy_grad``: only an entropy bonus in the loss needs its gradient)."""
+    unless ``entropy_grad``: only an entropy bonus in the loss needs its gradient; None
+    without ``with_entropy``, which saves three passes over the ``chunk x vocab`` logits)."""
     logits = head(states).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:  # skipping the no-op division saves one chunk x vocab tensor
         logits = logits / temperature
     log_norm = torch.logsumexp(logits, dim=-1)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        # H = logsumexp - sum(p * logits), at the sampling temperature
-        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            # H = logsumexp - sum(p * logits), at the sampling temperature
+            entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
     # gather - logsumexp: the same value as log_softmax(...).gather without a second [N, V] tensor.
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm, entropy
 
 
 def _head_logprobs(model, head, states: torch.Tensor, targets: torch.Tensor,
-                   temperature: float, chunk_size: int, entropy_grad: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   temperature: float, chunk_size: int, entropy_grad: bool = False,
+                   with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of ``targets`` [N] given hidden ``states`` [N, H], through the LM head in
-    checkpointed chunks (see the module docstring), and each position's entropy [N]."""
+    checkpointed chunks (see the module docstring), and each position's entropy [N] (None
+    without ``with_entropy``)."""
     softcap = _softcap(model.config)
     use_checkpoint = torch.is_grad_enabled() and states.requires_grad
     logps, entropies = [], []
     for start in range(0, states.shape[0], chunk_size):
         chunk = (head, states[start:start + chunk_size], targets[start:start + chunk_size],
-                 temperature, softcap, entropy_grad)
+                 temperature, softcap, entropy_grad, with_entropy)
         if use_checkpoint:
             logp, entropy = checkpoint(_chunk_logprobs, *chunk, use_reentrant=False)
         else:
@@ -97,8 +101,8 @@ def _head_logprobs(model, head, states: torch.Tensor, targets: torch.Tensor,
         entropies.append(entropy)
     if not logps:
         empty = states.new_zeros(0, dtype=torch.float32)
-        return empty, empty
-    return torch.cat(logps), torch.cat(entropies)
+        return empty, (empty if with_entropy else None)
+    return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 
 
 def _decoder_and_head(causal_lm):
@@ -143,7 +147,7 @@ def response_logprobs(causal_lm, input_ids: torch.Tensor, attention_mask: torch.
     targets = input_ids[:, 1:][predicts_response]
 
     flat, entropy = _head_logprobs(model, head, states, targets, temperature, chunk_size,
-                                   entropy_grad)
+                                   entropy_grad, with_entropy=entropy_out is not None)
     if entropy_out is not None:
         entropy_out["entropy"] = torch.nn.functional.pad(torch.zeros(
             predicts_response.shape, device=hidden.device).masked_scatter(
@@ -233,7 +237,8 @@ def packed_response_logprobs(causal_lm, input_ids: torch.Tensor, position_ids: t
     if (predictor < 0).any():
         raise ValueError("a response in a packed row has no prompt to condition on")
     flat, entropy = _head_logprobs(model, head, hidden[rows, predictor], input_ids[rows, cols],
-                                   temperature, chunk_size, entropy_grad)
+                                   temperature, chunk_size, entropy_grad,
+                                   with_entropy=entropy_out is not None)
     if entropy_out is not None:
         entropy_out["entropy"] = torch.zeros(response.shape, device=hidden.device).index_put(
             (rows, cols), entropy)

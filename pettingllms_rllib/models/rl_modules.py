@@ -102,15 +102,26 @@ class CausalLMRLModule(TorchRLModule):
         model in memory for a diagnostic alone is not worth it)."""
         if self.reference_lm is None:
             return None
-        with torch.no_grad():
-            return self._response_logprobs(batch, causal_lm=self.reference_lm)[TOKEN_LOGP]
+        return self.detached_logprobs(batch, causal_lm=self.reference_lm)
 
-    def _response_logprobs(self, batch, causal_lm=None) -> dict[str, torch.Tensor]:
+    def detached_logprobs(self, batch, causal_lm=None) -> torch.Tensor:
+        """``forward_train``'s log-probs without gradient or entropy (three fewer passes over
+        each chunk's logits): a reference the loss compares against, such as the learner's
+        pre-update log-probs (the ratio's denominator) or the starting policy's. With the
+        module's own weights (no ``causal_lm``) it activates them first, as ``forward_train``
+        does."""
+        if causal_lm is None:
+            self.activate()
+        with torch.no_grad():
+            return self._response_logprobs(batch, causal_lm, with_entropy=False)[TOKEN_LOGP]
+
+    def _response_logprobs(self, batch, causal_lm=None,
+                           with_entropy: bool = True) -> dict[str, torch.Tensor]:
         causal_lm = self.causal_lm if causal_lm is None else causal_lm
         input_ids = batch["input_ids"].long()
         autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
                     torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
-        diagnostics: dict = {}
+        diagnostics: dict | None = {} if with_entropy else None
         with autocast:
             if "segment_ids" in batch:  # shared-prefix rows (core.batching.pack_records)
                 logp = packed_response_logprobs(
@@ -124,6 +135,8 @@ class CausalLMRLModule(TorchRLModule):
                     batch["response_mask"], temperature=self.temperature,
                     chunk_size=self.logprob_chunk_size, entropy_out=diagnostics,
                     entropy_grad=self.entropy_gradient)
+        if diagnostics is None:
+            return {TOKEN_LOGP: logp.float()}
         return {TOKEN_LOGP: logp.float(), TOKEN_ENTROPY: diagnostics["entropy"].float()}
 
     # RLlib's default get_state converts to numpy, which fails on bf16: keep torch tensors.
@@ -147,9 +160,14 @@ class LoRAAdapterRLModule(CausalLMRLModule):
         self.adapter_name: str | None = None
         self._read_logprob_settings(config)
 
-    def bind(self, peft_model, adapter_name: str) -> None:
+    def bind(self, peft_model, adapter_name: str, compute_dtype: torch.dtype | None = None) -> None:
+        """``compute_dtype``: the dtype a learner's adapters compute in when it is not their
+        own (fp32 adapters on a bf16 base: :func:`_adapters_compute_in_base_dtype`); applied
+        as autocast unless the config names an ``autocast_dtype``."""
         self.causal_lm = peft_model
         self.adapter_name = adapter_name
+        if compute_dtype is not None and self.autocast_dtype is None:
+            self.autocast_dtype = compute_dtype
 
     @override(CausalLMRLModule)
     def activate(self) -> None:
@@ -170,8 +188,8 @@ class LoRAAdapterRLModule(CausalLMRLModule):
         """The frozen base model is the starting policy: the same forward with the adapters
         switched off (no gradient, no copy)."""
         try:
-            with torch.no_grad(), self.causal_lm.disable_adapter():
-                return self._response_logprobs(batch)[TOKEN_LOGP]
+            with self.causal_lm.disable_adapter():
+                return self.detached_logprobs(batch, causal_lm=self.causal_lm)
         finally:
             self._keep_every_adapter_trainable()
 
@@ -210,6 +228,21 @@ def _adapters_in_base_dtype(peft_model, dtype: torch.dtype) -> None:
             parameter.data = parameter.data.to(dtype)
 
 
+def _adapters_compute_in_base_dtype(peft_model) -> None:
+    """A learner's copy on a bf16 base: the adapters stay fp32 (the master weights AdamW
+    updates) but compute in bf16, as the runners' copies do. Without this PEFT casts every
+    adapted layer's input to fp32 and back, and the adapter matmuls run in fp32: on the main
+    job's update (bench/precision.py ``learner``) that is most of what keeps the learner from
+    the base model's bf16 speed-up. The modules run their forward under autocast (``bind``),
+    which casts the fp32 adapter weights to bf16 once per forward and sends the gradients back
+    to them in fp32."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for layer in peft_model.modules():
+        if isinstance(layer, BaseTunerLayer):
+            layer.cast_input_dtype_enabled = False
+
+
 class SharedBaseLoRAMultiRLModule(MultiRLModule):
     """One frozen base LM shared by every ModuleID, with one LoRA adapter per ModuleID."""
 
@@ -228,11 +261,15 @@ class SharedBaseLoRAMultiRLModule(MultiRLModule):
         peft_model = get_peft_model(base, lora_config, adapter_name=module_ids[0])
         for module_id in module_ids[1:]:
             peft_model.add_adapter(module_id, lora_config)
+        compute_dtype = None
         if self.inference_only:
             _adapters_in_base_dtype(peft_model, base.dtype)
+        elif base.dtype != torch.float32:
+            _adapters_compute_in_base_dtype(peft_model)
+            compute_dtype = base.dtype
         self._rl_modules = {}
         for module_id in module_ids:
             module = specs[module_id].build()
-            module.bind(peft_model, module_id)
+            module.bind(peft_model, module_id, compute_dtype)
             self._rl_modules[module_id] = module
         self.framework = "torch"

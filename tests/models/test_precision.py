@@ -125,7 +125,12 @@ def test_lora_under_auto_on_a_bf16_cpu_has_a_bf16_base_and_fp32_adapters_and_sta
     adapters = [p for n, p in model.named_parameters() if "lora_" in n]
     assert base and {p.dtype for p in base} == {torch.bfloat16}
     assert adapters and {p.dtype for p in adapters} == {torch.float32}
+    # ... computing in bf16 as the runners' copies do: no fp32 round trip in each LoRA layer
+    assert all(learner.module[m].autocast_dtype == torch.bfloat16 for m in AGENTS)
+    lora_layers = [m for m in model.modules() if hasattr(m, "cast_input_dtype_enabled")]
+    assert lora_layers and not any(m.cast_input_dtype_enabled for m in lora_layers)
     learner.update(batch=_batch(), minibatch_size=8, num_epochs=1)
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in adapters)
     states = [value for optimizer in learner._named_optimizers.values()
               for state in optimizer.state.values() for value in state.values()
               if isinstance(value, torch.Tensor) and value.dim() > 0]
@@ -150,7 +155,8 @@ def test_a_lora_runner_copy_under_auto_holds_its_adapters_in_bf16_and_loads_fp32
     for key, value in trained.items():
         assert torch.allclose(torch.as_tensor(loaded[key]).float(), torch.as_tensor(value),
                               atol=1e-2, rtol=1e-2), key
-    fp32_config, _ = _learner(lora=True, model_dtype="float32")
+    fp32_config, fp32_learner = _learner(lora=True, model_dtype="float32")
+    assert all(fp32_learner.module[m].autocast_dtype is None for m in AGENTS)
     exact_copy = fp32_config.get_multi_rl_module_spec(spaces=spaces, inference_only=True).build()
     assert {p.dtype for p in exact_copy[AGENTS[0]].causal_lm.parameters()} == {torch.float32}
 

@@ -106,3 +106,20 @@ def test_a_lora_module_recovers_its_starting_policy_and_full_fine_tuning_keeps_n
     # the adapter is active again afterwards
     torch.testing.assert_close(planner.forward_train(_batch())[TOKEN_LOGP].detach(), moved)
     assert _module(False).starting_logprobs(_batch()) is None
+
+
+def test_detached_logprobs_are_forward_trains_without_gradient_or_entropy():
+    """The learner's ratio denominator and KL reference: the same numbers as the training
+    forward, with no graph and without the entropy's passes over the logits."""
+    specs = {mid: RLModuleSpec(module_class=LoRAAdapterRLModule, observation_space=SPACE,
+                               action_space=SPACE) for mid in ("tool", "planner")}
+    multi = MultiRLModuleSpec(
+        multi_rl_module_class=SharedBaseLoRAMultiRLModule, rl_module_specs=specs,
+        model_config={"model": TINY, "lora": {"r": 2, "lora_alpha": 4}}).build()
+    for param in multi["planner"].trainable_parameters():
+        torch.nn.init.normal_(param, std=0.5)
+    trained = multi["planner"].forward_train(_batch())[TOKEN_LOGP]
+    multi["tool"].forward_train(_batch())  # another adapter active last
+    detached = multi["planner"].detached_logprobs(_batch())  # activates its own adapter
+    assert trained.requires_grad and not detached.requires_grad
+    torch.testing.assert_close(detached, trained.detach(), rtol=0, atol=0)
