@@ -65,7 +65,7 @@ VERIFY_TIMEOUT_S = 5
 #: any intermediate number, and monomials after expanding powers of sums.
 MAX_DIGITS = 10_000
 MAX_TERMS = 300
-_BOX_TOKEN = re.compile(r"\\boxed\s*\{|\\boxed[ \t]+([^\s${}]+)|[{}]")
+_BOX_TOKEN = re.compile(r"\\boxed\s*\{|\\boxed[ \t]+((?:\\(?!boxed)|[^\s${}\\])+)|[{}]")
 _ASCII_MATH = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00d7": "*", "\u00f7": "/",
                "\u2264": "<=", "\u2265": ">=", "\u2260": "!=", "\u00b7": "*", "\u22c5": "*",
                "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u03c0": "pi",
@@ -78,9 +78,9 @@ def extract_boxed(text: str) -> str | None:
 
     Braces nest (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; ``\\{``/``\\}`` count as
     braces too, a set answer has them in pairs); an unclosed box does not count; ``\\boxed 5``
-    (a space, then one token up to whitespace, ``$`` or a brace) is a box too. "Last" is by
-    start position, so the inner box of a nested ``\\boxed{\\boxed{1}}`` wins. One regex pass
-    over the braces and a stack: linear time on any input.
+    (a space, then one token up to whitespace, ``$``, a brace or the next ``\\boxed``) is a box
+    too. "Last" is by start position, so the inner box of a nested ``\\boxed{\\boxed{1}}``
+    wins. One regex pass over the braces and a stack: linear time on any input.
     """
     best_start, best = -1, None
     stack: list[int] = []  # content start of a \boxed{ brace, -1 for a plain brace

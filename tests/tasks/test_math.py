@@ -211,6 +211,8 @@ def test_reset_plays_a_given_problem_dict():
     ("\\boxed{3} and an unclosed \\boxed{4", "3"),
     ("\\boxed {x = \\{1, 2\\}}", "x = \\{1, 2\\}"),
     ("$\\boxed 7$", "7"),
+    ("\\boxed 1\\boxed 2", "2"),  # a space-form token ends where the next box starts
+    ("\\boxed 2\\sqrt3", "2\\sqrt3"),
     ("\\boxed{\\boxed{5}}", "5"),
     ("}}} \\boxed{a{b}c} {{{", "a{b}c"),
 ])
