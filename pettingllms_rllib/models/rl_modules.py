@@ -74,6 +74,8 @@ class CausalLMRLModule(TorchRLModule):
         self.temperature = float(config.get("temperature", 1.0))
         self.logprob_chunk_size = int(config.get("logprob_chunk_size", 1024))
         self.entropy_gradient = bool(config.get("entropy_gradient", False))
+        #: LoRA layers whose fp32 adapters compute in bf16 in this module's forward.
+        self._uncast_layers: list = []
         dtype_name = config.get("autocast_dtype") or default_autocast
         self.autocast_dtype = None if dtype_name is None else getattr(torch, dtype_name)
 
@@ -122,7 +124,9 @@ class CausalLMRLModule(TorchRLModule):
         autocast = (contextlib.nullcontext() if self.autocast_dtype is None else
                     torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype))
         diagnostics: dict | None = {} if with_entropy else None
-        with autocast:
+        uncast = (_adapter_inputs_uncast(self._uncast_layers) if self._uncast_layers
+                  else contextlib.nullcontext())
+        with autocast, uncast:
             if "segment_ids" in batch:  # shared-prefix rows (core.batching.pack_records)
                 logp = packed_response_logprobs(
                     causal_lm, input_ids, batch["position_ids"], batch["segment_ids"],
@@ -162,12 +166,14 @@ class LoRAAdapterRLModule(CausalLMRLModule):
 
     def bind(self, peft_model, adapter_name: str, compute_dtype: torch.dtype | None = None) -> None:
         """``compute_dtype``: the dtype a learner's adapters compute in when it is not their
-        own (fp32 adapters on a bf16 base: :func:`_adapters_compute_in_base_dtype`); applied
-        as autocast unless the config names an ``autocast_dtype``."""
+        own (fp32 adapters on a bf16 base: :func:`_adapter_inputs_uncast`); applied as
+        autocast unless the config names an ``autocast_dtype``."""
         self.causal_lm = peft_model
         self.adapter_name = adapter_name
-        if compute_dtype is not None and self.autocast_dtype is None:
-            self.autocast_dtype = compute_dtype
+        if compute_dtype is not None:
+            self._uncast_layers = _lora_layers(peft_model)
+            if self.autocast_dtype is None:
+                self.autocast_dtype = compute_dtype
 
     @override(CausalLMRLModule)
     def activate(self) -> None:
@@ -228,19 +234,30 @@ def _adapters_in_base_dtype(peft_model, dtype: torch.dtype) -> None:
             parameter.data = parameter.data.to(dtype)
 
 
-def _adapters_compute_in_base_dtype(peft_model) -> None:
-    """A learner's copy on a bf16 base: the adapters stay fp32 (the master weights AdamW
-    updates) but compute in bf16, as the runners' copies do. Without this PEFT casts every
-    adapted layer's input to fp32 and back, and the adapter matmuls run in fp32: on the main
-    job's update (bench/precision.py ``learner``) that is most of what keeps the learner from
-    the base model's bf16 speed-up. The modules run their forward under autocast (``bind``),
-    which casts the fp32 adapter weights to bf16 once per forward and sends the gradients back
-    to them in fp32."""
+def _lora_layers(peft_model) -> list:
+    """The PEFT tuner layers of ``peft_model`` (each adapted linear)."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    for layer in peft_model.modules():
-        if isinstance(layer, BaseTunerLayer):
-            layer.cast_input_dtype_enabled = False
+    return [layer for layer in peft_model.modules() if isinstance(layer, BaseTunerLayer)]
+
+
+@contextlib.contextmanager
+def _adapter_inputs_uncast(layers: list):
+    """A learner's forward on a bf16 base: its adapters stay fp32 (the master weights AdamW
+    updates) but compute in bf16 under the module's autocast, as the runners' copies do.
+    PEFT would otherwise cast every adapted layer's input to fp32 and back and run the adapter
+    matmuls in fp32, most of what kept the learner from the base model's bf16 speed-up
+    (bench/RESULTS.md "Arithmetic"). Only inside the module's own forward: anything else that
+    runs this copy (``eval`` generates with a checkpoint's learner modules) gets PEFT's casts,
+    which its fp32 adapters need without autocast. Autocast casts the adapter weights to bf16
+    once per forward and sends their gradients back in fp32."""
+    for layer in layers:
+        layer.cast_input_dtype_enabled = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.cast_input_dtype_enabled = True
 
 
 class SharedBaseLoRAMultiRLModule(MultiRLModule):
@@ -265,7 +282,6 @@ class SharedBaseLoRAMultiRLModule(MultiRLModule):
         if self.inference_only:
             _adapters_in_base_dtype(peft_model, base.dtype)
         elif base.dtype != torch.float32:
-            _adapters_compute_in_base_dtype(peft_model)
             compute_dtype = base.dtype
         self._rl_modules = {}
         for module_id in module_ids:

@@ -125,11 +125,22 @@ def test_lora_under_auto_on_a_bf16_cpu_has_a_bf16_base_and_fp32_adapters_and_sta
     adapters = [p for n, p in model.named_parameters() if "lora_" in n]
     assert base and {p.dtype for p in base} == {torch.bfloat16}
     assert adapters and {p.dtype for p in adapters} == {torch.float32}
-    # ... computing in bf16 as the runners' copies do: no fp32 round trip in each LoRA layer
+    # ... computing in bf16 in the learner's forward, as the runners' copies do (no fp32
+    # round trip in each LoRA layer) ...
     assert all(learner.module[m].autocast_dtype == torch.bfloat16 for m in AGENTS)
-    lora_layers = [m for m in model.modules() if hasattr(m, "cast_input_dtype_enabled")]
-    assert lora_layers and not any(m.cast_input_dtype_enabled for m in lora_layers)
+    adapter_inputs = []
+    lora_a = next(m for n, m in model.named_modules() if n.endswith("lora_A." + AGENTS[0]))
+    hook = lora_a.register_forward_hook(lambda mod, args, out: adapter_inputs.append(
+        (args[0].dtype, out.dtype)))
     learner.update(batch=_batch(), minibatch_size=8, num_epochs=1)
+    assert adapter_inputs and set(adapter_inputs) == {(torch.bfloat16, torch.bfloat16)}
+    # ... and outside it (eval generates with a checkpoint's learner modules) PEFT's casts
+    # let the fp32 adapters run without autocast
+    adapter_inputs.clear()
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[5, 6, 7]]))
+    hook.remove()
+    assert set(adapter_inputs) == {(torch.float32, torch.float32)}
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in adapters)
     states = [value for optimizer in learner._named_optimizers.values()
               for state in optimizer.state.values() for value in state.values()
