@@ -23,8 +23,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_float, check_int, clip_text, hash_split, move_examples, planner_role,
-    tool_role)
+    CodeRunner, check_float, check_int, check_prompt_style, clip_text, hash_split,
+    move_examples, planner_role, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -193,6 +193,111 @@ TOOL_HELPER_CALL = "print(moves(a=<position of A>, g=<position of G>))"
 TOOL_HELPER_PREFIX = "```python\nprint(moves(a=("
 
 
+# ------------------------------------------------------------------------------ named variants
+@dataclasses.dataclass(frozen=True)
+class PlanPathVariant:
+    """What one named Plan-Path setting shows its agents and how it asks (``variant:`` in the
+    env config; the shipped ones are :data:`VARIANTS`). Each field is one change measured in
+    docs/RESULTS.md; they are combined only as the named variants combine them.
+
+    Fields:
+        prompt_style: "full" (the paper-style prompt with legend, turn and move history) or
+            "compact" (a few lines: grid, positions, answer format), for very small models.
+        show_offsets: also state where G lies from A in rows and columns ("G is 2 rows down
+            and 1 column right of A"): the state a small model needs, made explicit.
+        offset_letters: name each offset's move letter too ("2 rows down (D)").
+        offsets_for_tool_only: the offsets sentence goes into the tool's prompt only; the
+            planner sees the grid, the coordinates and what the tool's program printed.
+        placeholder_example: show the answer format as ``Moves: <moves>`` (``Moves: <U, D, L
+            or R>`` with one move per turn) instead of a concrete move list.
+        goal_off_axis: start and goal never share a row or a column, so every solution needs a
+            vertical and a horizontal move (no answer repeating one letter solves it).
+        prefill_answers: start each answer for the model (the planner's with ``Moves:``, the
+            tool's with its code fence), which only continues it.
+        tool_helper: the tool's program runs after :data:`TOOL_HELPER_SOURCE`, ``moves(a,
+            g)``, so the tool only reads the two positions off its prompt.
+        shuffle_positions: the compact prompt names A's and G's positions in an order drawn
+            per state, so reading the labels is the skill.
+        tool_output_example: the planner's format example is the move list the tool's program
+            printed this turn (without a usable output, the usual example).
+    """
+
+    prompt_style: str = "full"
+    show_offsets: bool = False
+    offset_letters: bool = False
+    offsets_for_tool_only: bool = False
+    placeholder_example: bool = False
+    goal_off_axis: bool = False
+    prefill_answers: bool = False
+    tool_helper: bool = False
+    shuffle_positions: bool = False
+    tool_output_example: bool = False
+
+    def __post_init__(self):
+        check_prompt_style(self.prompt_style)
+        for field in dataclasses.fields(self)[1:]:
+            if not isinstance(getattr(self, field.name), bool):
+                raise ValueError(f"{field.name} must be true or false, got "
+                                 f"{getattr(self, field.name)!r}")
+        for needs_offsets in ("offset_letters", "offsets_for_tool_only"):
+            if getattr(self, needs_offsets) and not self.show_offsets:
+                raise ValueError(f"{needs_offsets} says how the offsets are shown: it needs "
+                                 "show_offsets=true")
+        for compact_only in ("tool_helper", "shuffle_positions", "tool_output_example"):
+            if getattr(self, compact_only) and self.prompt_style != "compact":
+                raise ValueError(f"{compact_only} changes the compact prompt: it needs "
+                                 f"prompt_style='compact', got {self.prompt_style!r}")
+
+
+_OFFSETS_SHOWN = PlanPathVariant(prompt_style="compact", show_offsets=True, offset_letters=True,
+                                 placeholder_example=True, goal_off_axis=True)
+#: The shipped Plan-Path settings by name; docs/tasks.md has a card for each.
+VARIANTS: dict[str, PlanPathVariant] = {
+    "paper": PlanPathVariant(),
+    "compact": PlanPathVariant(prompt_style="compact"),
+    "one_move": _OFFSETS_SHOWN,
+    "prefill": dataclasses.replace(_OFFSETS_SHOWN, prefill_answers=True),
+    "tool_offsets": dataclasses.replace(_OFFSETS_SHOWN, prefill_answers=True,
+                                        offsets_for_tool_only=True),
+    "tool_helper": PlanPathVariant(prompt_style="compact", placeholder_example=True,
+                                   goal_off_axis=True, prefill_answers=True, tool_helper=True,
+                                   shuffle_positions=True, tool_output_example=True),
+}
+#: Prompt flags of env configs written before the named variants (2026-12-06), each a field of
+#: :class:`PlanPathVariant`; ``random_example`` was a pilot (docs/results_log.md) and is gone.
+RETIRED_FLAGS = frozenset(field.name for field in dataclasses.fields(PlanPathVariant))
+
+
+def plan_path_variant(variant: str | PlanPathVariant,
+                      retired_flags: Mapping[str, Any] | None = None) -> PlanPathVariant:
+    """The named variant (a :class:`PlanPathVariant` itself is taken as given: an experiment
+    in Python), or, for an env config written before the names (an old checkpoint), the
+    variant its flags spell exactly (logged); any other combination is refused, naming the
+    variants and what each sets."""
+    if isinstance(variant, PlanPathVariant) and not retired_flags:
+        return variant
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise ValueError(f"unknown Plan-Path variant {variant!r}; known: {list(VARIANTS)}")
+    if not retired_flags:
+        return VARIANTS[variant]
+    unknown = sorted(set(retired_flags) - RETIRED_FLAGS)
+    if unknown:
+        raise TypeError(f"PlanPathEnv got unexpected keyword arguments {unknown}")
+    if variant != "paper":
+        raise ValueError(f"variant={variant!r} and the retired prompt flags "
+                         f"{sorted(retired_flags)} exclude each other: give the variant only")
+    spelled = PlanPathVariant(**retired_flags)
+    for name, known in VARIANTS.items():
+        if known == spelled:
+            logger.warning("Plan-Path prompt flags %s are retired: this is variant=%r",
+                           sorted(retired_flags), name)
+            return known
+    described = {name: {f: v for f, v in dataclasses.asdict(known).items()
+                        if v != getattr(PlanPathVariant(), f)} for name, known in VARIANTS.items()}
+    raise ValueError(f"the prompt flags {dict(retired_flags)} are no shipped Plan-Path variant "
+                     f"(the flags were retired; plan_path_v1 takes variant=one of {described})")
+
+
 # ------------------------------------------------------------------------------ scoring
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
@@ -316,51 +421,14 @@ class PlanPathEnv(MoveListEnv):
             ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
         step_cost (0.05), invalid_move_penalty (0.2), shaping_coef (0.1), goal_bonus (1.0),
             optimal_bonus (0.5): reward coefficients, all >= 0.
-        prompt_style: "full" (the paper-style prompt with legend, turn and move history) or
-            "compact" (a few lines: grid, positions, answer format), for very small models.
+        variant: the named prompt setting, one of :data:`VARIANTS` ("paper": the paper-style
+            full prompt; "compact"; "one_move", "prefill", "tool_offsets", "tool_helper": the
+            CPU settings of docs/tasks.md); what each shows is :class:`PlanPathVariant`.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
         single_agent: the single-agent baseline: the planner alone, no tool role, same turn
-            budget and feedback.
-        show_offsets: also state where G lies from A in rows and columns ("G is 2 rows down and
-            1 column right of A"): the state a small model needs, made explicit (False).
-        offset_letters: name each offset's move letter too ("2 rows down (D)"); needs
-            ``show_offsets`` (False).
-        offsets_for_tool_only: the offsets sentence goes into the tool's prompt only; the
-            planner sees the grid, the coordinates and what the tool's program printed, so
-            the tool's output carries the state the planner needs (needs ``show_offsets``;
-            False). With ``single_agent`` the planner alone sees no offsets.
-        goal_off_axis: start and goal never share a row or a column, so every solution needs
-            a vertical and a horizontal move and no answer repeating one letter solves an
-            instance with one move per turn (False).
-        placeholder_example: show the answer format as ``Moves: <moves>`` (``Moves: <U, D, L or
-            R>`` when ``max_moves_per_turn`` is 1) instead of a concrete move list (a copied
-            placeholder is a parse error) (False).
-        random_example: show a one-move example drawn per state (a fixed shuffle of U/D/L/R
-            keyed by the instance, the position and the moves so far, the first that does not
-            reach the goal) instead of the fixed list's first entry, so that copying the
-            example is worth a random move and no single string can become the policy's
-            attractor (False; not with ``placeholder_example``).
-        prefill_answers: start each answer for the model, which only continues it: the
-            planner's with ``Moves:``, the tool's with its code fence (plus ``print('`` in
-            the compact prompt). The action the env receives is still the whole answer
-            (False).
-        tool_helper: the tool's program runs after :data:`TOOL_HELPER_SOURCE`, a function
-            ``moves(a, g)`` that returns the move list from position ``a`` to position ``g`` on
-            an open grid (it ignores walls); the tool's prompt describes it and shows the
-            call with placeholders, and with ``prefill_answers`` its answer starts
-            ``print(moves(a=(``, so the tool only reads the two positions off the prompt
-            (compact prompt only; False).
-        shuffle_positions: the compact prompt names A's and G's positions in an order drawn
-            per state (keyed like ``random_example``), so that copying the first position
-            shown is right only about half the time and reading the labels is the skill
-            (compact prompt only; False).
-        tool_output_example: the planner's format example is the move list the tool's
-            program printed this turn ("The tool printed: D R" / "Answer with one line:
-            Moves: D R"), the answer of a planner that trusts its tool; without a usable
-            tool output the usual example is shown (compact prompt only; False). The
-            example then carries no state the env gave away, only the tool's answer, which
-            is right exactly when the tool read the state.
+            budget and feedback. With ``offsets_for_tool_only`` the planner alone sees no
+            offsets.
         test_fraction: the share of instances that are evaluation instances (0.2; in (0, 1)).
             A 4x4 open grid has 144 off-axis instances, so a small grid needs a larger share
             for a 64-instance evaluation set of distinct instances.
@@ -378,51 +446,16 @@ class PlanPathEnv(MoveListEnv):
                  step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
                  shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
                  code_runner: CodeRunner | None = None,
-                 prompt_style: str = "full", single_agent: bool = False,
-                 show_offsets: bool = False, offset_letters: bool = False,
-                 offsets_for_tool_only: bool = False, placeholder_example: bool = False,
-                 random_example: bool = False,
-                 goal_off_axis: bool = False, prefill_answers: bool = False,
-                 tool_helper: bool = False, shuffle_positions: bool = False,
-                 tool_output_example: bool = False, test_fraction: float = 0.2):
+                 variant: str | PlanPathVariant = "paper",
+                 single_agent: bool = False, test_fraction: float = 0.2, **retired_flags: Any):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         self.test_fraction: float | None = check_float("test_fraction", test_fraction)
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-        compact_only = {"tool_helper": tool_helper, "shuffle_positions": shuffle_positions,
-                        "tool_output_example": tool_output_example}
-        for name, value in (("show_offsets", show_offsets), ("offset_letters", offset_letters),
-                            *compact_only.items(),
-                            ("offsets_for_tool_only", offsets_for_tool_only),
-                            ("placeholder_example", placeholder_example),
-                            ("random_example", random_example),
-                            ("goal_off_axis", goal_off_axis)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be true or false, got {value!r}")
-        if placeholder_example and random_example:
-            raise ValueError("placeholder_example and random_example exclude each other: "
-                             "choose one way to show the answer format")
-        if offset_letters and not show_offsets:
-            raise ValueError("offset_letters names the letters of the offsets: it needs "
-                             "show_offsets=true")
-        if offsets_for_tool_only and not show_offsets:
-            raise ValueError("offsets_for_tool_only says who sees the offsets: it needs "
-                             "show_offsets=true")
-        for name, value in compact_only.items():
-            if value and prompt_style != "compact":
-                raise ValueError(f"{name} changes the compact prompt: it needs "
-                                 f"prompt_style='compact', got {prompt_style!r}")
-        self.tool_helper = tool_helper
-        self.shuffle_positions = shuffle_positions
-        self.tool_output_example = tool_output_example
+        #: What the prompts show (:class:`PlanPathVariant`), read by the hooks below.
+        self.variant = plan_path_variant(variant, retired_flags)
         #: The moves the tool's program printed this turn (None: no usable output yet).
         self.tool_moves: tuple[str, ...] | None = None
-        self.show_offsets = show_offsets
-        self.offsets_for_tool_only = offsets_for_tool_only
-        self.offset_letters = offset_letters
-        self.goal_off_axis = goal_off_axis
-        self.placeholder_example = placeholder_example
-        self.random_example = random_example
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
@@ -436,8 +469,9 @@ class PlanPathEnv(MoveListEnv):
             max_moves_per_turn=4 * self.grid_size if max_moves_per_turn is None
             else max_moves_per_turn,
             sandbox_limits=sandbox_limits, sandbox=sandbox,
-            data_packages=SANDBOX_DATA_PACKAGES, prompt_style=prompt_style, code_runner=code_runner,
-            single_agent=single_agent, prefill_answers=prefill_answers,
+            data_packages=SANDBOX_DATA_PACKAGES, prompt_style=self.variant.prompt_style,
+            code_runner=code_runner, single_agent=single_agent,
+            prefill_answers=self.variant.prefill_answers,
             max_observation_chars=max(16_384, 4 * self.grid_size ** 2 + 4_096))
         self.task: GridTask | None = None
         self.position: Position = (0, 0)
@@ -461,7 +495,7 @@ class PlanPathEnv(MoveListEnv):
         """An instance of the seed's split (``None``: a training instance)."""
         return generate_split_task(
             self.np_random, self.grid_size, self.wall_prob, split=split_of_seed(seed),
-            test_fraction=self.test_fraction, goal_off_axis=self.goal_off_axis)
+            test_fraction=self.test_fraction, goal_off_axis=self.variant.goal_off_axis)
 
     def _observe(self, agent: str) -> str:
         if self.prompt_style == "compact":
@@ -490,15 +524,15 @@ class PlanPathEnv(MoveListEnv):
 
     def _offset_sentence(self, agent: str) -> str:
         """The offsets sentence (" G is ... of A.") when ``agent`` is shown it, else ""."""
-        if not self.show_offsets or (self.offsets_for_tool_only and agent != "tool"):
+        if not self.variant.show_offsets or (self.variant.offsets_for_tool_only and agent != "tool"):
             return ""
-        return " " + offset_text(self.position, self.task.goal, letters=self.offset_letters)
+        return " " + offset_text(self.position, self.task.goal, letters=self.variant.offset_letters)
 
     def _observe_compact(self, agent: str) -> str:
         """A short prompt for ~100M-parameter models, which lose the format in long prompts."""
         task = self.task
         positions = [f"A is at {self.position}", f"G is at {task.goal}"]
-        if self.shuffle_positions and random.Random(self._state_key()).random() < 0.5:
+        if self.variant.shuffle_positions and random.Random(self._state_key()).random() < 0.5:
             positions.reverse()
         lines = ["Move A to G on this grid (# is a wall).",
                  render_grid(task.grid, self.position, task.goal),
@@ -507,12 +541,12 @@ class PlanPathEnv(MoveListEnv):
         return "\n".join(lines + self._compact_role_lines(agent))
 
     def _compact_role_lines(self, agent: str) -> list[str]:
-        if agent == "tool" and self.tool_helper:
+        if agent == "tool" and self.variant.tool_helper:
             # The wording measured in docs/RESULTS.md ("Plan-Path in the band"); strictly
             # moves() returns the list and print() prints it.
             return ["moves(a, g) prints the moves from position a to position g.",
                     f"Write a ```python block with one line: {TOOL_HELPER_CALL}"]
-        if agent == "planner" and self.tool_output_example and self.tool_moves:
+        if agent == "planner" and self.variant.tool_output_example and self.tool_moves:
             printed = self._printed_moves()
             return [f"The tool printed: {printed}", f"Answer with one line: Moves: {printed}"]
         return super()._compact_role_lines(agent)
@@ -523,21 +557,21 @@ class PlanPathEnv(MoveListEnv):
         return clip_text(" ".join(self.tool_moves), 120)
 
     def answer_prefix(self, agent: str) -> str:
-        if agent == "tool" and self.tool_helper and self.prefill_answers:
+        if agent == "tool" and self.variant.tool_helper and self.prefill_answers:
             return TOOL_HELPER_PREFIX
         return super().answer_prefix(agent)
 
     def prompt_examples(self) -> dict[str, str]:
         examples = super().prompt_examples()
-        if self.tool_helper and "tool" in examples:
+        if self.variant.tool_helper and "tool" in examples:
             examples["tool"] = f"```python\n{TOOL_HELPER_CALL}\n```"
-        if self.tool_output_example and self.tool_moves and "planner" in examples:
+        if self.variant.tool_output_example and self.tool_moves and "planner" in examples:
             examples["planner"] = f"Moves: {self._printed_moves()}"
         return examples
 
     # ------------------------------------------------------------------ the tool's program
     def _program_preamble(self) -> str:
-        return TOOL_HELPER_SOURCE if self.tool_helper else ""
+        return TOOL_HELPER_SOURCE if self.variant.tool_helper else ""
 
     def _run_tool(self, parsed):
         """Forget the last turn's printed moves first: a program that fails this turn must
@@ -553,11 +587,7 @@ class PlanPathEnv(MoveListEnv):
 
     # ------------------------------------------------------------------ stages
     def _example_candidates(self) -> list[tuple[str, str]]:
-        if not self.random_example:
-            return move_examples()
-        letters = list(MOVES)
-        random.Random(self._state_key()).shuffle(letters)
-        return move_examples(letters)
+        return move_examples()
 
     def _state_key(self) -> str:
         """The current state as a string. Seeded with it, random.Random hashes it with
@@ -567,7 +597,7 @@ class PlanPathEnv(MoveListEnv):
                      len(self.moves_taken)))
 
     def example_answer(self) -> tuple[str, str]:
-        if self.placeholder_example:
+        if self.variant.placeholder_example:
             placeholder = "<U, D, L or R>" if self.max_moves_per_turn == 1 else "<moves>"
             return placeholder, f"Moves: {placeholder}"
         return super().example_answer()
@@ -612,7 +642,7 @@ class PlanPathV0Env(PlanPathEnv):
 
     def _draw_task(self, seed: int | None) -> GridTask:
         return generate_task(self.np_random, self.grid_size, self.wall_prob,
-                             goal_off_axis=self.goal_off_axis)
+                             goal_off_axis=self.variant.goal_off_axis)
 
 
 # ------------------------------------------------------------------------------ validation

@@ -140,3 +140,20 @@ def test_the_arms_of_a_replication_differ_only_in_their_own_keys(task):
         rest, own = _without_arm_keys(load_document(path))
         assert own == keys, (path.name, own)
         assert rest == per_role, path.name
+
+
+def test_plan_path_configs_name_their_variant_instead_of_prompt_flags():
+    """Each shipped Plan-Path setting is a named variant (docs/tasks.md); the flags it is made
+    of are the env's business, not a config's."""
+    from pettingllms_envs.plan_path import RETIRED_FLAGS, VARIANTS
+
+    checked = 0
+    for path in sorted(Path(__file__).resolve().parents[1].glob("tune_configs/**/*.yaml")):
+        environment = load_document(path).get("algorithm", {}).get("environment", {})
+        if not str(environment.get("env", "")).startswith("plan_path"):
+            continue
+        env_config = environment.get("env_config", {})
+        assert not RETIRED_FLAGS & set(env_config), path
+        assert env_config.get("variant", "paper") in VARIANTS, path
+        checked += 1
+    assert checked >= 8

@@ -46,8 +46,7 @@ def test_printed_chatml_is_text_and_the_template_alone_writes_control_tokens(tok
 
 
 def test_every_shipped_envs_prompts_encode_exactly_as_before(tokenizer):
-    envs = {"math_v0": {}, "plan_path_v1": {"grid_size": 4, "prompt_style": "compact",
-                                            "prefill_answers": True},
+    envs = {"math_v0": {}, "plan_path_v1": {"grid_size": 4, "variant": "prefill"},
             "sokoban_v0": {}, "sudoku_v0": {}, "reasoning_gym_v0": {}}
     checked = 0
     for env_id, config in envs.items():

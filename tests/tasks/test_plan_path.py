@@ -1,5 +1,6 @@
 """Plan-Path: conformance, instance generation, parsing, reward arithmetic and hostile input."""
 
+import dataclasses
 import math
 import time
 
@@ -14,8 +15,8 @@ from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.moves import (MAX_PARSED_MOVES, parse_move_tokens, parse_planner_answer,
                                     parse_program_output)
 from pettingllms_envs.plan_path import (
-    GridTask, PlanPathEnv, RewardConfig, bfs_distances, generate_split_task, generate_task,
-    shortest_path, simulate_moves, task_split)
+    VARIANTS, GridTask, PlanPathEnv, PlanPathVariant, RewardConfig, bfs_distances,
+    generate_split_task, generate_task, shortest_path, simulate_moves, task_split)
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Prompt, check_clone_contract, check_splits_disjoint,
@@ -30,8 +31,18 @@ GRID = ("....",
 TASK = GridTask(GRID, (0, 0), (3, 3))
 
 
+VARIANT_FIELDS = {field.name for field in dataclasses.fields(PlanPathVariant)}
+
+
+def _plan_path(**kwargs) -> PlanPathEnv:
+    """A PlanPathEnv with the :class:`PlanPathVariant` fields among ``kwargs`` gathered into
+    one variant: the tests below try each field alone, as no named variant does."""
+    fields = {name: kwargs.pop(name) for name in list(kwargs) if name in VARIANT_FIELDS}
+    return PlanPathEnv(**kwargs, variant=PlanPathVariant(**fields))
+
+
 def _env(**kwargs) -> PlanPathEnv:
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, **kwargs)
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, **kwargs)
     env.reset(seed=0, options={"task": TASK})
     return env
 
@@ -101,8 +112,8 @@ def test_seeds_reproduce_identical_instances():
     assert len(set(tasks)) == len(tasks)
 
 
-SMALL_OPEN = {"grid_size": 4, "wall_prob": 0.0, "goal_off_axis": True,
-              "prompt_style": "compact", "max_turns": 6, "max_moves_per_turn": 1}
+SMALL_OPEN = {"grid_size": 4, "wall_prob": 0.0, "max_turns": 6, "max_moves_per_turn": 1,
+              "variant": PlanPathVariant(prompt_style="compact", goal_off_axis=True)}
 
 
 def test_evaluation_seeds_never_produce_a_training_instance():
@@ -407,12 +418,12 @@ def test_env_step_never_raises_on_hostile_text(text):
 
 
 def test_compact_prompt_keeps_the_current_state_and_answer_format():
-    env = PlanPathEnv(grid_size=3, wall_prob=0.0, prompt_style="compact")
+    env = _plan_path(grid_size=3, wall_prob=0.0, prompt_style="compact")
     obs, _ = env.reset(seed=0)
     assert f"A is at {env.position}" in obs["planner"] and "Moves: R D" in obs["planner"]
     assert "```python" in obs["tool"]
     with pytest.raises(ValueError, match="accepted: \\('full', 'compact'\\)"):
-        PlanPathEnv(prompt_style="tiny")
+        PlanPathVariant(prompt_style="tiny")
 
 
 def test_offsets_state_where_the_goal_lies_when_asked():
@@ -420,7 +431,7 @@ def test_offsets_state_where_the_goal_lies_when_asked():
 
     assert offset_text((0, 0), (2, 1)) == "G is 2 rows down and 1 column right of A."
     assert offset_text((2, 2), (1, 2)) == "G is 1 row up of A."
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
                       show_offsets=True)
     observations, _ = env.reset(seed=0, options={"task": TASK})
     assert all("G is 3 rows down and 3 columns right of A." in text
@@ -428,11 +439,11 @@ def test_offsets_state_where_the_goal_lies_when_asked():
     plain, _ = _env(prompt_style="compact").reset(seed=0, options={"task": TASK})
     assert "G is 3 rows" not in plain["planner"]
     with pytest.raises(ValueError, match="show_offsets"):
-        PlanPathEnv(show_offsets="yes")
+        PlanPathVariant(show_offsets="yes")
 
 
 def test_a_placeholder_example_shows_the_format_and_cannot_be_played():
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
                       placeholder_example=True)
     observations, _ = env.reset(seed=0, options={"task": TASK})
     assert "Moves: <moves>" in observations["planner"]
@@ -443,7 +454,7 @@ def test_a_placeholder_example_shows_the_format_and_cannot_be_played():
 
 
 def test_with_one_move_per_turn_the_placeholder_names_the_letters_and_cannot_be_played():
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
                       placeholder_example=True, max_moves_per_turn=1)
     observations, _ = env.reset(seed=0, options={"task": TASK})
     assert "Moves: <U, D, L or R>" in observations["planner"]
@@ -458,72 +469,39 @@ def _planner_example(env) -> str:
     return env.prompt_examples()["planner"]
 
 
-def test_a_random_example_is_one_move_fixed_per_state_and_varies_across_states():
-    def example_at(seed, options=None):
-        env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST,
-                          prompt_style="compact", random_example=True)
-        observations, _ = env.reset(seed=seed, options=options)
-        return env, _planner_example(env), observations
-
-    env, example, observations = example_at(0, {"task": TASK})
-    assert example in {f"Moves: {letter}" for letter in "UDLR"}
-    assert example in observations["planner"]
-    assert f"print({example[len('Moves: '):]!r})" in observations["tool"]
-    assert _planner_example(env) == example == _planner_example(env.clone())
-    assert example_at(0, {"task": TASK})[1] == example
-    shown = {example_at(seed)[1] for seed in range(40)}
-    assert len(shown) == 4
-
-
-def test_a_random_example_never_reaches_the_goal():
-    for seed in range(200):
-        env = PlanPathEnv(grid_size=3, wall_prob=0.0, sandbox_limits=FAST,
-                          prompt_style="compact", random_example=True, max_moves_per_turn=1)
-        env.reset(seed=seed)
-        moves = _planner_example(env)[len("Moves: "):].split()
-        assert not env._simulate(moves).solved
-
-
-def test_random_and_placeholder_examples_exclude_each_other():
-    with pytest.raises(ValueError, match="random_example"):
-        PlanPathEnv(placeholder_example=True, random_example=True)
-    with pytest.raises(ValueError, match="random_example"):
-        PlanPathEnv(random_example=1)
-
-
 def test_offset_letters_name_the_move_of_each_offset_and_need_the_offsets():
     from pettingllms_envs.plan_path import offset_text
 
     assert offset_text((0, 3), (2, 1), letters=True) == (
         "G is 2 rows down (D) and 2 columns left (L) of A.")
     assert offset_text((2, 2), (1, 2), letters=True) == "G is 1 row up (U) of A."
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style="compact",
                       show_offsets=True, offset_letters=True)
     observations, _ = env.reset(seed=0, options={"task": TASK})
     assert "3 rows down (D) and 3 columns right (R)" in observations["planner"]
     with pytest.raises(ValueError, match="offset_letters.*show_offsets"):
-        PlanPathEnv(offset_letters=True)
+        PlanPathVariant(offset_letters=True)
 
 
 @pytest.mark.parametrize("prompt_style", ["compact", "full"])
 def test_offsets_for_the_tool_only_reach_the_planner_only_through_the_tool(prompt_style):
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
                       show_offsets=True, offset_letters=True, offsets_for_tool_only=True)
     observations, _ = env.reset(seed=0, options={"task": TASK})
     offsets = "3 rows down (D) and 3 columns right (R)"
     assert offsets in observations["tool"] and offsets not in observations["planner"]
     assert str(TASK.goal) in observations["planner"]  # the coordinates are still there
-    solo = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+    solo = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
                        show_offsets=True, offsets_for_tool_only=True, single_agent=True)
     alone, _ = solo.reset(seed=0, options={"task": TASK})
     assert "rows down" not in alone["planner"]
     with pytest.raises(ValueError, match="offsets_for_tool_only.*show_offsets"):
-        PlanPathEnv(offsets_for_tool_only=True)
+        PlanPathVariant(offsets_for_tool_only=True)
 
 
 def test_goal_off_axis_instances_need_two_directions_so_no_repeated_letter_solves_one():
     for seed in range(200):
-        env = PlanPathEnv(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, max_turns=6,
+        env = _plan_path(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, max_turns=6,
                           max_moves_per_turn=1, goal_off_axis=True)
         env.reset(seed=seed)
         start, goal = env.task.start, env.task.goal
@@ -549,14 +527,14 @@ def test_goal_off_axis_leaves_the_default_instances_unchanged():
         task = generate_task(np.random.default_rng(seed), 4, 0.22)
         assert (task.grid, task.start, task.goal) == instance
     with pytest.raises(ValueError, match="goal_off_axis"):
-        PlanPathEnv(goal_off_axis="yes")
+        PlanPathVariant(goal_off_axis="yes")
 
 
 @pytest.mark.parametrize("prompt_style, tool_prefix", [("compact", "```python\nprint('"),
                                                        ("full", "```python\n")])
 def test_prefill_answers_starts_each_answer_and_the_env_reads_the_whole_answer(
         prompt_style, tool_prefix):
-    env = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+    env = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
                       max_moves_per_turn=1, prefill_answers=True, code_runner=_echo_runner)
     observations, _ = env.reset(seed=0, options={"task": TASK})
     assert isinstance(observations["tool"], Prompt)
@@ -565,19 +543,19 @@ def test_prefill_answers_starts_each_answer_and_the_env_reads_the_whole_answer(
     env.step({"tool": tool_prefix + "D')\n```"})
     env.step({"planner": "Moves:" + " D"})  # the prefix plus what the model wrote
     assert env.position == (1, 0)
-    plain, _ = PlanPathEnv(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
+    plain, _ = _plan_path(grid_size=4, sandbox_limits=FAST, prompt_style=prompt_style,
                            max_moves_per_turn=1).reset(seed=0, options={"task": TASK})
     assert all(type(text) is str for text in plain.values())
     assert plain == observations  # the same prompt text, with or without the prefixes
     with pytest.raises(ValueError, match="prefill_answers"):
-        PlanPathEnv(prefill_answers="yes")
+        PlanPathVariant(prefill_answers="yes")
 
 
 # ------------------------------------------------------------------------------ the tool helper
 def _helper_env(**kwargs) -> PlanPathEnv:
     settings = dict(grid_size=4, wall_prob=0.0, sandbox_limits=FAST, prompt_style="compact",
                     max_moves_per_turn=1, tool_helper=True, prefill_answers=True)
-    return PlanPathEnv(**{**settings, **kwargs})
+    return _plan_path(**{**settings, **kwargs})
 
 
 def _tool_prefix(env: PlanPathEnv) -> str:
@@ -659,6 +637,41 @@ def test_the_tool_output_example_shows_the_planner_what_the_tool_printed():
 @pytest.mark.parametrize("option", ["tool_helper", "shuffle_positions", "tool_output_example"])
 def test_the_compact_prompt_options_refuse_the_full_prompt(option):
     with pytest.raises(ValueError, match=f"{option}.*compact"):
-        PlanPathEnv(prompt_style="full", **{option: True})
+        _plan_path(prompt_style="full", **{option: True})
     with pytest.raises(ValueError, match=option):
-        PlanPathEnv(prompt_style="compact", **{option: "yes"})
+        _plan_path(prompt_style="compact", **{option: "yes"})
+
+
+# ------------------------------------------------------------------------------ named variants
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_named_variant_builds_from_its_name_and_passes_the_env_checks(name):
+    env = make_text_env("plan_path_v1", {"grid_size": 4, "wall_prob": 0.0, "variant": name,
+                                         "sandbox_limits": {"wall_time_s": 2}})
+    assert env.variant == VARIANTS[name]
+    assert env.prompt_style == VARIANTS[name].prompt_style
+    assert env.prefill_answers == VARIANTS[name].prefill_answers
+    check_text_env(lambda: make_text_env("plan_path_v1", {"grid_size": 4, "variant": name}),
+                   seeds=(0, 1))
+
+
+def test_an_unknown_variant_is_refused_listing_the_known_ones():
+    with pytest.raises(ValueError, match="unknown Plan-Path variant 'helper'.*tool_helper"):
+        make_text_env("plan_path_v1", {"variant": "helper"})
+
+
+def test_an_env_config_from_before_the_names_loads_as_the_variant_its_flags_spell(caplog):
+    """An old checkpoint's env config: its flags are exactly one named variant, or refused."""
+    old = {"grid_size": 4, "prompt_style": "compact", "placeholder_example": True,
+           "goal_off_axis": True, "prefill_answers": True, "tool_helper": True,
+           "shuffle_positions": True, "tool_output_example": True}
+    with caplog.at_level("WARNING", logger="pettingllms_envs.plan_path"):
+        env = make_text_env("plan_path_v1", old)
+    assert env.variant == VARIANTS["tool_helper"]
+    assert "this is variant='tool_helper'" in caplog.text
+    assert make_text_env("plan_path_v1", {"prompt_style": "full"}).variant == VARIANTS["paper"]
+    with pytest.raises(ValueError, match="no shipped Plan-Path variant.*'one_move'"):
+        make_text_env("plan_path_v1", {"prompt_style": "compact", "show_offsets": True})
+    with pytest.raises(ValueError, match="exclude each other"):
+        make_text_env("plan_path_v1", {"variant": "prefill", "show_offsets": True})
+    with pytest.raises(ValueError, match="random_example"):  # the retired pilot
+        make_text_env("plan_path_v1", {"random_example": True})
