@@ -54,7 +54,7 @@ def test_copying_the_prompt_example_never_solves_a_training_instance(env_id, env
 
 def test_the_examples_are_in_the_prompts_they_stand_for():
     env = make_text_env("plan_path_v1", {"grid_size": 3, "wall_prob": 0.0, "max_turns": 2,
-                                         "prompt_style": "compact"})
+                                         "variant": "compact"})
     for seed in range(20):
         observations, _ = env.reset(seed=seed)
         examples = env.prompt_examples()

@@ -9,7 +9,7 @@ from pettingllms_rllib.reporting import constant_table
 
 
 ENV = "plan_path_v1"
-CONFIG = {"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "prompt_style": "compact"}
+CONFIG = {"grid_size": 3, "wall_prob": 0.0, "max_turns": 2, "variant": "compact"}
 SEEDS = list(range(1_000_000_000, 1_000_000_000 + 32))
 NO_PROGRAM = "no code"
 

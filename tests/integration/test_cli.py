@@ -18,7 +18,7 @@ grid:
   mapping: [shared, per_role]
 stop: {training_iteration: 1}
 algorithm:
-  environment: {env: plan_path_v1, env_config: {grid_size: 3, max_turns: 1, prompt_style: compact}}
+  environment: {env: plan_path_v1, env_config: {grid_size: 3, max_turns: 1, variant: compact}}
   llm:
     model: tiny-random
     tiny_model_config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
