@@ -13,7 +13,7 @@
 #                                                     # core), then once without SUMMARY=0 (it
 #                                                     # reuses every finished training)
 #
-# For every arm and seed: train with tune_configs/baselines/<task>_<arm>_cpu.yaml (all arms
+# For every arm and seed: train the task's setting file with --arm <arm> (its `arms:`; all arms
 # stop at the same generated-token budget), evaluate the LAST checkpoint (no checkpoint is picked
 # on the evaluation set) on the fixed evaluation seeds with greedy decoding; then the untrained
 # base model (prompt-only, as a team and as a single agent) and the role swap of every per-role
@@ -32,16 +32,16 @@ TASKS=${TASKS:-64}
 CLI=${CLI:-.venv/bin/pettingllms-rllib}
 EXTRA_SET=${EXTRA_SET:-}
 SUMMARY=${SUMMARY:-1}  # 0: only this worker's trainings and evals (no baselines, report, plot)
-case "$TASK" in  # the role a per-role team's planner-alone eval plays
-  plan_path | plan_path_split | plan_path_helper) ALONE_ROLE=planner ;;
-  math) ALONE_ROLE=reasoner ;;
+case "$TASK" in  # the setting's file, and the role a per-role team's planner-alone eval plays
+  plan_path) CONFIG=tune_configs/plan_path_prefill_cpu.yaml ALONE_ROLE=planner ;;
+  plan_path_split) CONFIG=tune_configs/plan_path_tool_offsets_cpu.yaml ALONE_ROLE=planner ;;
+  plan_path_helper) CONFIG=tune_configs/plan_path_tool_helper_cpu.yaml ALONE_ROLE=planner ;;
+  math) CONFIG=tune_configs/math_cpu.yaml ALONE_ROLE=reasoner ;;
   *) echo "TASK must be plan_path, plan_path_split, plan_path_helper or math, got $TASK" >&2
      exit 2 ;;
 esac
 # The untrained rows play the task (env, env_config, max_new_tokens) of the trained arms'
 # own configs: the per-role team's for the team, the single-agent arm's for the single agent.
-TEAM_CONFIG="tune_configs/baselines/${TASK}_atgrpo_per_role_cpu.yaml"
-SOLO_CONFIG="tune_configs/baselines/${TASK}_single_agent_grpo_cpu.yaml"
 
 last_checkpoint() {  # the newest checkpoint of the only trial under $1
   find "$1" -maxdepth 3 -type d -name 'checkpoint_*' | sort | tail -1
@@ -67,7 +67,7 @@ for seed in $SEEDS; do  # seeds outside: a cut-short grid still has every arm at
       rm -rf "$run"
       extra=()
       if [ -n "$EXTRA_SET" ]; then extra=(--set "$EXTRA_SET"); fi
-      "$CLI" train "tune_configs/baselines/${TASK}_${arm}_cpu.yaml" --output "$run" \
+      "$CLI" train "$CONFIG" --arm "$arm" --output "$run" \
         --set 'grid={}' --set "debugging.seed=$seed" "${extra[@]}"
       touch "$run/.trained"
     fi
@@ -87,9 +87,10 @@ done
 
 if [ "$SUMMARY" = 0 ]; then exit 0; fi
 progress "untrained baselines, report and plot"
-"$CLI" eval --base-model smollm2-135m-instruct --config "$TEAM_CONFIG" --num-tasks "$TASKS" \
-  --arm prompt_only --label prompt_only --out "$OUT/eval/prompt_only"
-"$CLI" eval --base-model smollm2-135m-instruct --config "$SOLO_CONFIG" --num-tasks "$TASKS" \
+"$CLI" eval --base-model smollm2-135m-instruct --config "$CONFIG" --config-arm atgrpo_per_role \
+  --num-tasks "$TASKS" --arm prompt_only --label prompt_only --out "$OUT/eval/prompt_only"
+"$CLI" eval --base-model smollm2-135m-instruct --config "$CONFIG" \
+  --config-arm single_agent_grpo --num-tasks "$TASKS" \
   --arm prompt_only_single_agent --label prompt_only_single_agent \
   --out "$OUT/eval/prompt_only_single_agent"
 

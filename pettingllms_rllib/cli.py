@@ -128,7 +128,7 @@ def _train(args: argparse.Namespace) -> int:
         logger.error("--num-cpus: %d is not accepted; expected an integer >= 1", args.num_cpus)
         return 2
     try:
-        experiment = load_experiment(args.config, args.set or [],
+        experiment = load_experiment(args.config, args.set or [], arm=args.arm,
                                      resources=_local_resources(args))
     except ExperimentError as exc:
         logger.error("%s", exc)
@@ -338,6 +338,8 @@ def _eval(args: argparse.Namespace) -> int:
         if args.checkpoint and args.config:
             raise ValueError("--config is for --base-model: a checkpoint carries its own "
                              "training config")
+        if args.config_arm and not args.config:
+            raise ValueError("--config-arm picks an arm of --config; give --config too")
         if args.checkpoint:
             args.checkpoint = str(checkpoints.resolve(args.checkpoint))
             logger.info("evaluating %s", args.checkpoint)
@@ -354,7 +356,7 @@ def _eval(args: argparse.Namespace) -> int:
             if args.config:  # the task and answer length of a training config's runs
                 from pettingllms_rllib.experiment import load_experiment
 
-                trained = load_experiment(args.config).config
+                trained = load_experiment(args.config, arm=args.config_arm).config
                 env_id, env_config = _task_of(args.env, env_config, trained.env,
                                               trained.env_config)
                 max_new_tokens = max_new_tokens or int(trained.max_new_tokens)
@@ -464,6 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="run an experiment YAML through Ray Tune")
     train.add_argument("config", help="experiment YAML, e.g. tune_configs/plan_path_cpu.yaml")
+    train.add_argument("--arm", help="one of the file's arms (its 'arms:' key), e.g. "
+                                     "atgrpo_shared; default: the file as it is")
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a key, e.g. training.lr=3e-5 or mapping=per_role")
     train.add_argument("--output", default="runs", help="folder for all results (default ./runs)")
@@ -505,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="with --base-model: the task (env, env_config) and "
                                  "max_new_tokens of this training config, so the untrained "
                                  "model is measured on what the trained runs saw")
+    evaluation.add_argument("--config-arm", metavar="ARM",
+                            help="with --config: that file's arm (its 'arms:' key)")
     evaluation.add_argument("--module", action="append", metavar="MODULE=CHECKPOINT",
                             help="take this module from another checkpoint (repeatable)")
     evaluation.add_argument("--swap-roles", action="store_true",

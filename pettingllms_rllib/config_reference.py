@@ -258,6 +258,11 @@ def render_config_reference() -> str:
         "setters take many more than are listed here: RLlib's `AlgorithmConfig` docs); the "
         "tables list the keys this library declares, defines, or changes the default of.",
         "",
+        "`extends: <path>` builds a file on another one (deep-merged); `arms:` names the arms "
+        "compared in a setting (each a partial experiment, `train FILE --arm NAME`) and "
+        "`every_arm:` what they share; the rules are in `pettingllms_rllib/experiment.py`'s "
+        "docstring.",
+        "",
         "A key with \"no declared field\" has neither a declared type or range nor a number or "
         "flag default, so the experiment file's check does not look at its value (`validate()` "
         "may still refuse it). A default shown \"as `attr`\" is stored under that attribute.",

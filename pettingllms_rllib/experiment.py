@@ -6,21 +6,29 @@ A file names the ``ATGRPOConfig`` fluent sections to call (``environment``, ``ll
 keys. Every key is checked against the real method signatures, so a typo fails with the list
 of accepted keys before Ray starts. See ``tune_configs/plan_path_cpu.yaml``.
 
-``extends: <path>`` (relative to the file that names it) builds a file on another one, so the
-arms of one comparison are thin files holding only what differs from the setting they share
-(``tune_configs/baselines/``)::
+One file holds one setting and the arms compared in it. ``arms`` names each arm's
+overrides; ``every_arm`` holds what all of them share (the comparison's budget, its seeds) and
+does not apply to the setting run as it is::
 
-    # tune_configs/baselines/math_atgrpo_shared_cpu.yaml
-    extends: math_atgrpo_per_role_cpu.yaml
-    mapping: shared
+    # tune_configs/math_cpu.yaml (pettingllms-rllib train tune_configs/math_cpu.yaml --arm atgrpo_shared)
+    every_arm:
+      stop: {env_runners/num_generated_tokens_lifetime: 12000, training_iteration: 30}
+    arms:
+      atgrpo_per_role: {}
+      atgrpo_shared: {mapping: shared}
 
-The file's keys are deep-merged over its base's: a mapping (``algorithm``, a section,
-``env_config``, ``stop``, ``grid``, a dict ``mapping``) is merged key by key, recursively;
-anything else (a number, a string, a list, ``null``) replaces the base's value. A base may
-extend another (a chain, resolved base first) and may itself be a runnable experiment; a cycle
-or a missing base is refused. ``name`` and ``description`` describe one file and are not
-inherited (``name`` defaults to the file's stem). ``--set`` overrides apply to the merged
-document, last.
+An arm is the file, then ``every_arm``, then the arm's own keys, each deep-merged over the
+last; it is named ``<name>_<arm>`` unless it sets ``name``. An unknown arm is refused, naming
+the file's arms.
+
+``extends: <path>`` (relative to the file that names it) builds a file on another one (a
+setting that differs from another in a few keys). The file's keys are deep-merged over its
+base's: a mapping (``algorithm``, a section, ``env_config``, ``stop``, ``grid``, a dict
+``mapping``) is merged key by key, recursively; anything else (a number, a string, a list,
+``null``) replaces the base's value. A base may extend another (a chain, resolved base first)
+and may itself be a runnable experiment; a cycle or a missing base is refused. ``name``,
+``description``, ``arms`` and ``every_arm`` describe one file and are not inherited (``name``
+defaults to the file's stem). ``--set`` overrides apply to the merged document, last.
 """
 
 from __future__ import annotations
@@ -41,13 +49,16 @@ from pettingllms_rllib.algorithms.config_fields import (TUNE_FIELDS, check_value
                                                         lora_problems, stop_field)
 
 TOP_LEVEL_KEYS = ("extends", "name", "description", "imports", "algorithm", "mapping", "stop", "grid",
-                  "checkpoint_frequency", "max_concurrent_trials", "num_samples")
+                  "checkpoint_frequency", "max_concurrent_trials", "num_samples", "arms",
+                  "every_arm")
+#: The keys an arm (or ``every_arm``) may set: those of one runnable experiment.
+ARM_KEYS = tuple(key for key in TOP_LEVEL_KEYS if key not in ("extends", "arms", "every_arm"))
 SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
             "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing",
             "evaluation", "resource_pools")
 NAMED_MAPPINGS = ("shared", "per_role")
 #: Top-level keys that describe one file and are not inherited through ``extends``.
-NOT_INHERITED = ("name", "description")
+NOT_INHERITED = ("name", "description", "arms", "every_arm")
 
 
 class ExperimentError(ValueError):
@@ -247,6 +258,7 @@ def _check_document(document: Any, source: str) -> None:
         if bad:
             raise ExperimentError(f"{source}: unknown keys {bad} in algorithm.{section}; "
                                   f"accepted: {sorted(_accepted_kwargs(section))}")
+    _check_arms(document, source)
     _check_values(document, source)
     imports = document.get("imports") or []
     if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
@@ -257,6 +269,27 @@ def _check_document(document: Any, source: str) -> None:
                 parts[1] in _accepted_kwargs(parts[0]))):
             raise ExperimentError(f"{source}: grid key {dotted!r} is not 'mapping' or "
                                   f"'<section>.<key>' with section in {list(SECTIONS)}")
+
+
+def _check_arms(document: Mapping[str, Any], source: str) -> None:
+    """``arms`` maps names to partial experiments, ``every_arm`` is one, and neither nests
+    arms; each arm's merged document is checked when that arm is loaded."""
+    arms = document.get("arms")
+    if arms is not None and (not isinstance(arms, dict) or not arms):
+        raise ExperimentError(f"{source}: 'arms' must map arm names to overrides")
+    parts = {f"arms.{name}": over for name, over in (arms or {}).items()}
+    if "every_arm" in document:
+        parts["every_arm"] = document["every_arm"]
+    for where, over in parts.items():
+        if where.startswith("arms.") and not re.fullmatch(r"[A-Za-z0-9_]+", str(where[5:])):
+            raise ExperimentError(f"{source}: arm name {where[5:]!r}; accepted: letters, "
+                                  f"digits and _")
+        if not isinstance(over, dict):
+            raise ExperimentError(f"{source}: {where} must be a mapping of experiment keys")
+        unknown = sorted(set(over) - set(ARM_KEYS))
+        if unknown:
+            raise ExperimentError(f"{source}: unknown keys {unknown} in {where}; accepted: "
+                                  f"{list(ARM_KEYS)}")
 
 
 def _check_values(document: Mapping[str, Any], source: str) -> None:
@@ -330,11 +363,32 @@ def merge_documents(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[st
     return merged
 
 
-def load_document(path: str | Path) -> dict[str, Any]:
+def load_document(path: str | Path, arm: str | None = None) -> dict[str, Any]:
     """The experiment file's document with its ``extends`` chain resolved (no ``extends`` key
-    left), every file of the chain checked on its own and the result checked as a whole.
-    Raises :class:`ExperimentError` for a missing file or base, a cycle, or a bad key."""
-    return _resolve_document(Path(path), ())
+    left), every file of the chain checked on its own and the result checked as a whole;
+    with ``arm``, that arm of the file (see the module docstring), without ``arms`` and
+    ``every_arm``. Raises :class:`ExperimentError` for a missing file or base, a cycle, a bad
+    key or an unknown arm."""
+    path = Path(path)
+    document = _resolve_document(path, ())
+    arms = document.pop("arms", None) or {}
+    every_arm = document.pop("every_arm", None) or {}
+    if arm is None:
+        return document
+    if arm not in arms:
+        raise ExperimentError(f"{path}: unknown arm {arm!r}; accepted: {sorted(arms)}"
+                              if arms else f"{path}: --arm {arm!r}, but the file has no arms")
+    name = document.get("name") or path.stem
+    merged = merge_documents(merge_documents(document, every_arm), arms[arm])
+    if "name" not in arms[arm]:
+        merged["name"] = f"{name}_{arm}"
+    _check_document(merged, f"{path}, arm {arm}")
+    return merged
+
+
+def arm_names(path: str | Path) -> list[str]:
+    """The arms the experiment file declares, in file order (empty: none)."""
+    return list(_resolve_document(Path(path), ()).get("arms") or {})
 
 
 def _resolve_document(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
@@ -367,24 +421,25 @@ def _resolve_document(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     return merged
 
 
-def load_experiment(path: str | Path, overrides: list[str] = (), *,
+def load_experiment(path: str | Path, overrides: list[str] = (), *, arm: str | None = None,
                     resources: Mapping[str, float] | None = None) -> Experiment:
     """Read, override, validate. Raises :class:`ExperimentError` before any Ray work.
 
     Args:
         path: the experiment YAML.
         overrides: ``key=value`` texts (the CLI's ``--set``).
+        arm: one of the file's ``arms`` (the CLI's ``--arm``); None: the file as it is.
         resources: what one trial's placement group must fit in, ``{"CPU": n, "GPU": m}``
             (the CLI passes the local Ray it starts); a trial asking for more would wait for
             Ray forever. None: not checked (a GPU config validated on a CPU head node).
     """
     path = Path(path)
-    document = load_document(path)
+    document = load_document(path, arm)
     for text in overrides:
         key, value = parse_override(text)
-        if key == "extends":
-            raise ExperimentError(f"--set {text!r}: extends is resolved when the file is read; "
-                                  f"accepted: extends inside an experiment file")
+        if key in ("extends", "arms", "every_arm"):
+            raise ExperimentError(f"--set {text!r}: {key} is resolved when the file is read; "
+                                  f"accepted: {key} inside an experiment file")
         set_dotted(document, key, value)
     _check_document(document, f"{path} with --set overrides")
     _make_paths_absolute(document)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pettingllms_rllib.experiment import load_document, load_experiment
+from pettingllms_rllib.experiment import arm_names, load_document, load_experiment
 
 CONFIG_DIR = Path(__file__).parents[1] / "tune_configs"
 #: The paper-scale files (vLLM on GPUs).
 GPU_DIR = CONFIG_DIR / "gpu"
 CONFIGS = sorted(CONFIG_DIR.rglob("*.yaml"))
+#: Every runnable experiment: each file as it is and each of its arms.
+RUNNABLE = [(path, arm) for path in CONFIGS for arm in (None, *arm_names(path))]
 TASKS = ("plan_path", "sokoban", "sudoku", "code", "math")
 #: One valid row per hub dataset format the shipped configs use.
 LOCAL_ROWS = {
@@ -33,8 +35,8 @@ def vllm_counts_as_installed(monkeypatch):
                         lambda name, **kwargs: None)
 
 
-def overrides_for(path: Path, tmp_path: Path) -> list[str]:
-    env_config = load_document(path)["algorithm"]["environment"]["env_config"]
+def overrides_for(path: Path, tmp_path: Path, arm: str | None = None) -> list[str]:
+    env_config = load_document(path, arm)["algorithm"]["environment"]["env_config"]
     data_format = env_config.get("dataset_format")
     if data_format is None:
         return []
@@ -44,10 +46,18 @@ def overrides_for(path: Path, tmp_path: Path) -> list[str]:
     return [f"environment.env_config.dataset={local}"]
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(CONFIG_DIR)) for p in CONFIGS])
-def test_config_loads_and_validates(path, tmp_path):
-    experiment = load_experiment(path, overrides_for(path, tmp_path))
+@pytest.mark.parametrize("path,arm", RUNNABLE, ids=[
+    str(p.relative_to(CONFIG_DIR)) + (f"[{a}]" if a else "") for p, a in RUNNABLE])
+def test_config_loads_and_validates(path, arm, tmp_path):
+    experiment = load_experiment(path, overrides_for(path, tmp_path, arm), arm=arm)
     assert experiment.configs and experiment.stop
+
+
+def test_cpu_configs_are_one_file_per_setting():
+    """Compared arms live in their setting's file (``arms:``), not in near-copies of it."""
+    cpu = [p for p in CONFIGS if GPU_DIR not in p.parents]
+    assert all(p.parent == CONFIG_DIR for p in cpu), "arms go in their setting's file"
+    assert len(cpu) <= 15, sorted(p.name for p in cpu)
 
 
 QWEN3_SIZES = {
@@ -113,8 +123,8 @@ def test_each_task_has_a_cpu_config_and_a_paper_scale_config(task, tmp_path):
 ARM_KEYS = {"atgrpo_per_role": {}, "atgrpo_shared": {"mapping": "shared"},
             "vanilla_grpo": {"rollout": "trajectories"},
             "single_agent_grpo": {"single_agent": True}}
-REPLICATED_TASKS = sorted({p.name.split("_atgrpo_per_role_cpu")[0]
-                           for p in (CONFIG_DIR / "baselines").glob("*_atgrpo_per_role_cpu.yaml")})
+#: The settings ``bench/replicate.sh`` compares the four arms in.
+REPLICATED = [p for p in CONFIGS if set(ARM_KEYS) <= set(arm_names(p))]
 
 
 def _without_arm_keys(config: dict) -> tuple[dict, dict]:
@@ -128,18 +138,21 @@ def _without_arm_keys(config: dict) -> tuple[dict, dict]:
                     if value not in (None, "per_role")}
 
 
-@pytest.mark.parametrize("task", REPLICATED_TASKS)
-def test_the_arms_of_a_replication_differ_only_in_their_own_keys(task):
-    """The four arms resolve (``extends``) to one document but for their own keys (each stays
-    runnable on its own); a budget, prompt or learning rate set in one arm's file would make the
-    comparison unmatched."""
-    per_role, _ = _without_arm_keys(
-        load_document(CONFIG_DIR / "baselines" / f"{task}_atgrpo_per_role_cpu.yaml"))
+def test_bench_replicate_compares_four_settings():
+    assert sorted(p.stem for p in REPLICATED) == [
+        "math_cpu", "plan_path_prefill_cpu", "plan_path_tool_helper_cpu",
+        "plan_path_tool_offsets_cpu"]
+
+
+@pytest.mark.parametrize("path", REPLICATED, ids=[p.stem for p in REPLICATED])
+def test_the_arms_of_a_replication_differ_only_in_their_own_keys(path):
+    """The four arms resolve to one document but for their own keys; a budget, prompt or
+    learning rate set in one arm would make the comparison unmatched."""
+    per_role, _ = _without_arm_keys(load_document(path, "atgrpo_per_role"))
     for arm, keys in ARM_KEYS.items():
-        path = CONFIG_DIR / "baselines" / f"{task}_{arm}_cpu.yaml"
-        rest, own = _without_arm_keys(load_document(path))
-        assert own == keys, (path.name, own)
-        assert rest == per_role, path.name
+        rest, own = _without_arm_keys(load_document(path, arm))
+        assert own == keys, (arm, own)
+        assert rest == per_role, arm
 
 
 def test_plan_path_configs_name_their_variant_instead_of_prompt_flags():

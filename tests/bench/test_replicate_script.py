@@ -49,10 +49,11 @@ def test_every_arm_trains_once_is_evaluated_on_its_newest_checkpoint_and_reports
                                    for line in alone)
     base = [line for line in lines if line.startswith("eval --base-model")]
     # the untrained rows play the trained arms' own task configs (no env config copied here)
-    assert [line.split("--config ")[1].split()[0] for line in base] == [
-        "tune_configs/baselines/plan_path_atgrpo_per_role_cpu.yaml",
-        "tune_configs/baselines/plan_path_single_agent_grpo_cpu.yaml"]
-    assert all((REPO / line.split("--config ")[1].split()[0]).is_file() for line in base)
+    assert [line.split("--config ")[1].split()[:3] for line in base] == [
+        ["tune_configs/plan_path_prefill_cpu.yaml", "--config-arm", "atgrpo_per_role"],
+        ["tune_configs/plan_path_prefill_cpu.yaml", "--config-arm", "single_agent_grpo"]]
+    assert all(line.split()[1:4] == ["tune_configs/plan_path_prefill_cpu.yaml", "--arm",
+                                     line.split()[3]] for line in trains)
     progress = [line for line in run.stderr.splitlines() if line.startswith("[replicate ")]
     assert [line.split("] ")[1].split(",")[0] for line in progress] == [
         "arm 1/4", "arm 2/4", "arm 3/4", "arm 4/4", "arm 4/4"]
@@ -82,9 +83,12 @@ def test_empty_arms_run_only_the_untrained_rows_the_report_and_the_plot(tmp_path
     assert all(line.startswith("eval --base-model") for line in lines[:2])
 
 
-def test_every_task_names_an_existing_config_for_every_arm_and_untrained_row(tmp_path):
-    """Each TASK trains its own baselines/<task>_<arm>_cpu.yaml; a config missing for one arm
-    would only fail hours into a real replication."""
+def test_every_task_names_an_existing_config_and_arm_for_every_training_and_untrained_row(
+        tmp_path):
+    """Each TASK trains its setting's file with --arm; a file or arm missing for one arm would
+    only fail hours into a real replication."""
+    from pettingllms_rllib.experiment import arm_names
+
     arms = "atgrpo_per_role atgrpo_shared vanilla_grpo single_agent_grpo"
     for task in ("plan_path", "plan_path_split", "plan_path_helper", "math"):
         (tmp_path / task).mkdir()
@@ -92,13 +96,15 @@ def test_every_task_names_an_existing_config_for_every_arm_and_untrained_row(tmp
         run = _replicate(tmp_path / task, calls, TASK=task, SEEDS="0", ARMS=arms)
         assert run.returncode == 0, run.stderr
         lines = calls.read_text().splitlines()
-        configs = [line.split()[1] for line in lines if line.startswith("train ")]
-        configs += [line.split("--config ")[1].split()[0] for line in lines
-                    if line.startswith("eval --base-model")]
-        assert len(configs) == 4 + 2
-        assert all(f"baselines/{task}_" in config for config in configs), configs
-        missing = [config for config in configs if not (REPO / config).is_file()]
-        assert not missing, (task, missing)
+        picked = [(line.split()[1], line.split("--arm ")[1].split()[0]) for line in lines
+                  if line.startswith("train ")]
+        picked += [(line.split("--config ")[1].split()[0],
+                    line.split("--config-arm ")[1].split()[0]) for line in lines
+                   if line.startswith("eval --base-model")]
+        assert len(picked) == 4 + 2
+        assert len({config for config, _ in picked}) == 1, picked
+        for config, arm in picked:
+            assert arm in arm_names(REPO / config), (task, config, arm)
 
 
 def test_an_unknown_task_is_refused_with_the_known_ones(tmp_path):

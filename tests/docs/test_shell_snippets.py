@@ -79,7 +79,7 @@ def test_every_cli_line_parses_and_its_configs_validate():
     for line in lines:
         args = parser.parse_args(line)
         if args.command == "train":
-            load_experiment(REPO / args.config, args.set or [])  # raises on a bad key or value
+            load_experiment(REPO / args.config, args.set or [], arm=args.arm)  # raises if bad
 
 
 def test_the_sandbox_report_snippet_runs_and_the_suite_it_names_exists():
