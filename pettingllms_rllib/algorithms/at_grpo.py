@@ -184,8 +184,14 @@ class ATGRPO(Algorithm):
             self.restore_from_path(config.start_from_checkpoint)
         #: The held-out instances, the untrained team's baseline and the transcripts.
         self._held_out = HeldOutEvaluation(self.config)
+        measure_untrained = config.start_from_checkpoint is None
+        if config.evaluation_interval and measure_untrained:
+            # The learner's starting weights on the runners that play it, as every later
+            # evaluation syncs first: a vLLM runner's engine serves no adapter before a sync.
+            self._evaluation_group().sync_weights(
+                from_worker_or_learner_group=self.learner_group, inference_only=True)
         self._held_out.start(self._evaluation_group(), self.logdir,
-                             measure_untrained=config.start_from_checkpoint is None)
+                             measure_untrained=measure_untrained)
 
     @override(Algorithm)
     def training_step(self) -> None:

@@ -326,11 +326,7 @@ class ATGRPOConfig(AlgorithmConfig):
         self._check_resource_pools(policies)
         self._check_staleness()
         self._check_start_checkpoint()
-        engine = find_engine_kind(self.engine)  # None: unknown, refused above
         if self.evaluation_interval:
-            if engine is None or not engine.runs_evaluation:
-                self._value_error("evaluation_interval (held-out evaluation during training) "
-                                  f"runs on engine='hf' only, got engine={self.engine!r}")
             if not isinstance(self.evaluation_duration, int) or self.evaluation_duration < 1:
                 self._value_error("evaluation_duration must be the number of held-out tasks "
                                   f"(an int >= 1), got {self.evaluation_duration!r}")
@@ -339,6 +335,7 @@ class ATGRPOConfig(AlgorithmConfig):
             except TooFewInstancesError as exc:
                 self._value_error(f"evaluation_duration={self.evaluation_duration}: {exc}")
         self._check_model_available()
+        engine = find_engine_kind(self.engine)  # None: unknown, refused above
         if engine is not None:
             self._check_engine_settings(engine)
         from pettingllms_rllib.models import preflight

@@ -40,8 +40,6 @@ class EngineKind:
             and code, so that in fp32 its log-probs are the learner's up to summation order
             (~1e-5); any other (vLLM's kernels) is a different numeric path whose log-probs the
             learner recomputes (``algorithms/learner.py``).
-        runs_evaluation: whether held-out evaluation during training
-            (``evaluation_interval``) runs on it.
         gpu_share_setting: the config attribute holding the fraction of an env runner's GPU it
             may take (None: all of it).
         max_model_len_setting: the config attribute holding its own bound on a sequence's
@@ -61,7 +59,6 @@ class EngineKind:
     require_function: str | None = None
     config_problems_function: str | None = None
     shares_learners_numerics: bool = False
-    runs_evaluation: bool = False
     gpu_share_setting: str | None = None
     max_model_len_setting: str | None = None
     weight_sync_dir_setting: str | None = None
@@ -127,7 +124,7 @@ ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
         name="hf", module="pettingllms_rllib.engines.hf_engine",
         start_function="start_hf_module_engine",
         checkpoint_function="start_hf_checkpoint_engine",
-        shares_learners_numerics=True, runs_evaluation=True),
+        shares_learners_numerics=True),
     EngineKind(
         name="vllm", module="pettingllms_rllib.engines.vllm_engine",
         start_function="start_vllm_module_engine",

@@ -197,12 +197,13 @@ class VLLMEngine:
         adapter = self.adapters.served(model)
         return LoRARequest(adapter.name, adapter.lora_int_id, adapter.path)
 
-    def generate(self, model: str | None, prompts: Sequence[str],
-                 num_samples: int) -> list[list[Completion]]:
-        """Sample ``num_samples`` completions per prompt with adapter ``model`` (None = base)."""
+    def generate(self, model: str | None, prompts: Sequence[str], num_samples: int,
+                 sampling: SamplingConfig | None = None) -> list[list[Completion]]:
+        """Sample ``num_samples`` completions per prompt with adapter ``model`` (None = base),
+        with the engine's sampling settings or ``sampling``."""
         return with_answer_prefixes(prompts, self.generate_from_ids(
             model, encode_requests(self.tokenizer, prompts, num_samples, self.system_prompt),
-            num_samples))
+            num_samples, sampling))
 
     def generate_from_ids(self, model: str | None, prompt_ids: Sequence[Sequence[int]],
                           num_samples: int, sampling: SamplingConfig | None = None
@@ -306,11 +307,11 @@ class VLLMModuleEngine:
         return min(engine.weights_version for engine in self._distinct())
 
     def generate(self, module_id: str, prompts, num_samples: int, *, greedy: bool = False):
-        if greedy:
-            raise NotImplementedError("greedy decoding (held-out evaluation during training) "
-                                      "runs on engine='hf' only")
+        """``greedy``: the held-out evaluation's decoding (temperature 0 in vLLM)."""
         adapter = module_id if self.lora_kwargs is not None else None
-        return self.engines[module_id].generate(adapter, prompts, num_samples)
+        engine = self.engines[module_id]
+        sampling = dataclasses.replace(engine.sampling, greedy=True) if greedy else None
+        return engine.generate(adapter, prompts, num_samples, sampling)
 
     def load_weights(self, weights, version: int) -> None:
         """Each module's adapter, or each module's full model, then every engine marked as

@@ -11,7 +11,7 @@ from toy_env import ToyScoreEnv
 
 from pettingllms_rllib.algorithms import ATGRPOConfig
 from pettingllms_rllib.algorithms.env_runner import LLMEnvRunner
-from pettingllms_rllib.engines.base import Completion
+from pettingllms_rllib.engines.base import Completion, SamplingConfig
 from pettingllms_rllib.engines.weight_sync import EngineWeightsLagError
 from pettingllms_rllib.envs import register_text_env
 from pettingllms_rllib.experiment import multi_agent_kwargs
@@ -24,6 +24,7 @@ class RecordingEngine:
 
     def __init__(self, stuck=False):
         self.stuck = stuck
+        self.sampling = SamplingConfig(max_new_tokens=4, temperature=1.0)
         self.weights_version = 0
         self.calls = []
 
@@ -38,8 +39,10 @@ class RecordingEngine:
         if not self.stuck:
             self.weights_version = version
 
-    def generate(self, model, prompts, num_samples):
-        self.calls.append(("generate", model, len(prompts), num_samples))
+    def generate(self, model, prompts, num_samples, sampling=None):
+        greedy = sampling is not None and sampling.greedy
+        self.calls.append(("generate", model, len(prompts), num_samples) + (
+            ("greedy",) if greedy else ()))
         return [[Completion((1, 2), (3,), (-0.5,), "42", "stop")] * num_samples
                 for _ in prompts]
 
@@ -137,3 +140,17 @@ def test_published_full_weights_are_loaded_from_disk_into_each_modules_engine(
     assert ("full", len(model.state_dict())) in engines["writer"].calls
     assert all(engine.weights_version == 5 for engine in engines.values())
     assert runner.weights_version == 5
+
+
+def test_held_out_evaluation_decodes_greedily_on_the_vllm_engine_and_training_samples(
+        make_runner):
+    runner, engines = make_runner(lora=True)
+    engine = engines["writer"]
+    runner.set_state(state(["reviewer", "writer"], 1))
+    played = runner.evaluate([7])
+    calls = [call for call in engine.calls if call[0] == "generate"]
+    assert calls and all(call[-1] == "greedy" and call[3] == 1 for call in calls)
+    assert len(played.episodes) == 1
+    engine.calls.clear()
+    runner.sample(task_seeds=[7])
+    assert all(call[-1] != "greedy" for call in engine.calls if call[0] == "generate")

@@ -81,7 +81,6 @@ def test_the_registry_describes_each_engine():
             kind.name = "other"
     assert ENGINES_SHARING_THE_LEARNERS_NUMERICS == {"hf"}
     hf, vllm = ENGINE_KINDS["hf"], ENGINE_KINDS["vllm"]
-    assert hf.runs_evaluation and not vllm.runs_evaluation
     assert hf.package is None and vllm.package == "vllm" and "pip install" in vllm.install_hint
 
 

@@ -120,3 +120,35 @@ def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, 
         algo.stop()
     if disk:
         assert list(sync_dir.iterdir()) == []  # the algorithm removed its weights on stop
+
+
+def test_held_out_evaluation_during_training_plays_on_vllm_as_on_hf(tmp_path):
+    """Held-out evaluation plays on the runners' engines: with ``engine="vllm"`` the untrained
+    team's greedy transcript is the HF engine's, response for response (fp32, same weights),
+    and the evaluation after an update runs on vLLM with the trained adapters."""
+    import json
+    from pathlib import Path
+
+    from pettingllms_rllib.algorithms.held_out import HELD_OUT_TRANSCRIPTS_DIR
+
+    def transcript(algo, name):
+        lines = (Path(algo.logdir) / HELD_OUT_TRANSCRIPTS_DIR / name).read_text().splitlines()
+        return [(e["task"], e["agent"], e["response"]) for e in map(json.loads, lines)]
+
+    responses, results = {}, {}
+    for engine in ("hf", "vllm"):
+        config = vllm_config("per_role", lora=True).llm(engine=engine).evaluation(
+            evaluation_interval=1, evaluation_duration=3)
+        algo = config.build_algo()
+        try:
+            responses[engine] = transcript(algo, "iteration_000000.jsonl")
+            if engine == "vllm":
+                results[engine] = algo.train()
+                trained = transcript(algo, "iteration_000001.jsonl")
+        finally:
+            algo.stop()
+    assert len(responses["hf"]) == 3 * len(AGENTS)
+    assert responses["vllm"] == responses["hf"]
+    evaluation = results["vllm"]["evaluation"]
+    assert 0.0 <= evaluation["success_rate"] <= 1.0 and evaluation["num_episodes"] == 3
+    assert len(trained) == 3 * len(AGENTS)
