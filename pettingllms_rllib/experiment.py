@@ -254,10 +254,8 @@ def _check_document(document: Any, source: str) -> None:
                                   f"accepted: {list(SECTIONS)}")
         if not isinstance(kwargs, dict):
             raise ExperimentError(f"{source}: algorithm.{section} must be a mapping")
-        bad = sorted(set(kwargs) - _accepted_kwargs(section))
-        if bad:
-            raise ExperimentError(f"{source}: unknown keys {bad} in algorithm.{section}; "
-                                  f"accepted: {sorted(_accepted_kwargs(section))}")
+        _refuse_unknown_keys(kwargs, sorted(_accepted_kwargs(section)), f"algorithm.{section}",
+                             source)
     _check_arms(document, source)
     _check_values(document, source)
     imports = document.get("imports") or []
@@ -286,10 +284,15 @@ def _check_arms(document: Mapping[str, Any], source: str) -> None:
                                   f"digits and _")
         if not isinstance(over, dict):
             raise ExperimentError(f"{source}: {where} must be a mapping of experiment keys")
-        unknown = sorted(set(over) - set(ARM_KEYS))
-        if unknown:
-            raise ExperimentError(f"{source}: unknown keys {unknown} in {where}; accepted: "
-                                  f"{list(ARM_KEYS)}")
+        _refuse_unknown_keys(over, list(ARM_KEYS), where, source)
+
+
+def _refuse_unknown_keys(given: Mapping[str, Any], accepted: list[str], where: str,
+                         source: str) -> None:
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise ExperimentError(f"{source}: unknown keys {unknown} in {where}; accepted: "
+                              f"{accepted}")
 
 
 def _check_values(document: Mapping[str, Any], source: str) -> None:
