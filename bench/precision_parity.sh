@@ -5,6 +5,7 @@
 #   bench/precision_parity.sh                                   # the main job, seeds 0 1 2
 #   CONFIG=tune_configs/plan_path_cpu.yaml bench/precision_parity.sh
 #   SEEDS="0" bench/precision_parity.sh
+#   EXTRA_SET='stop={training_iteration: 12}' ...   # one more --set override for every run
 #
 # Writes runs/precision_parity/<config>/<arm>_s<seed>/ (each a Tune experiment with its
 # progress.csv: held-out success per evaluation, generated tokens, and the per-module
@@ -17,15 +18,18 @@ CONFIG=${CONFIG:-tune_configs/math_cpu.yaml}
 SEEDS=${SEEDS:-"0 1 2"}
 ARMS=${ARMS:-"float32 auto"}
 CLI=${CLI:-.venv/bin/pettingllms-rllib}
+EXTRA_SET=${EXTRA_SET:-}
 NAME=$(basename "$CONFIG" .yaml)
 OUT=${OUT:-runs/precision_parity/$NAME}
 mkdir -p "$OUT"
 
 train() {  # arm seed
-  local dir="$OUT/$1_s$2"
+  local dir="$OUT/$1_s$2" extra=()
+  if [ -n "$EXTRA_SET" ]; then extra=(--set "$EXTRA_SET"); fi
   if compgen -G "$dir/*/*/progress.csv" >/dev/null && [ -e "$dir/done" ]; then return; fi
   OMP_NUM_THREADS=1 "$CLI" train "$CONFIG" --output "$dir" --set "llm.model_dtype=$1" \
-    --set "debugging.seed=$2" --set "resources.num_cpus_for_main_process=1" --num-cpus 1 \
+    --set "debugging.seed=$2" --set "resources.num_cpus_for_main_process=1" "${extra[@]}" \
+    --num-cpus 1 \
     > "$dir.log" 2>&1 && touch "$dir/done"
 }
 
