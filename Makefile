@@ -68,7 +68,7 @@ test: install sandbox-tools
 	@mkdir -p $(OUTPUT)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not cluster" \
 		--junit-xml=$(OUTPUT)/test_report.xml
-	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) tests/sandbox_unprivileged.sh; fi
+	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) tests/sandbox_unprivileged.sh; fi
 
 # The runs with several Ray processes each (fault injection, resource pools, asynchronous
 # training, several learners): minutes of Ray start-ups, kept out of `make test`; CI runs both.

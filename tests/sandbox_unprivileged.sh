@@ -11,7 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 USER_NAME=${SANDBOX_TEST_USER:-pettingllms-sbx-test}
 PY=${PY:-.venv/bin/python}
-TEST_WORKERS=${TEST_WORKERS:-2}
 if [ "$(id -u)" != 0 ]; then
   echo "sandbox_unprivileged.sh: already unprivileged; run the suite directly" >&2
   exec "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py \
@@ -36,8 +35,7 @@ trap put_back EXIT
 home=$(mktemp -d)
 chown "$USER_NAME" "$home"
 runuser -u "$USER_NAME" -- env HOME="$home" PATH=/usr/bin:/bin \
-  "$PY" -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --dist loadfile \
-    tests/tasks/test_sandbox_hostile.py \
+  "$PY" -m pytest -q -p no:cacheprovider tests/tasks/test_sandbox_hostile.py \
     tests/tasks/test_sandbox_pair.py tests/tasks/test_sandbox_launchers.py \
     tests/tasks/test_sandbox_answers.py
 rm -rf "$home"
