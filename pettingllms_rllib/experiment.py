@@ -51,8 +51,10 @@ from pettingllms_rllib.algorithms.config_fields import (TUNE_FIELDS, check_value
 TOP_LEVEL_KEYS = ("extends", "name", "description", "imports", "algorithm", "mapping", "stop", "grid",
                   "checkpoint_frequency", "max_concurrent_trials", "num_samples", "arms",
                   "every_arm")
+#: Keys resolved when the file is read (``load_document``): not in an arm, not in ``--set``.
+RESOLVED_WHEN_READ = ("extends", "arms", "every_arm")
 #: The keys an arm (or ``every_arm``) may set: those of one runnable experiment.
-ARM_KEYS = tuple(key for key in TOP_LEVEL_KEYS if key not in ("extends", "arms", "every_arm"))
+ARM_KEYS = tuple(key for key in TOP_LEVEL_KEYS if key not in RESOLVED_WHEN_READ)
 SECTIONS = ("environment", "llm", "training", "env_runners", "learners", "resources",
             "debugging", "reporting", "rl_module", "fault_tolerance", "checkpointing",
             "evaluation", "resource_pools")
@@ -275,13 +277,14 @@ def _check_arms(document: Mapping[str, Any], source: str) -> None:
     arms = document.get("arms")
     if arms is not None and (not isinstance(arms, dict) or not arms):
         raise ExperimentError(f"{source}: 'arms' must map arm names to overrides")
+    for name in arms or {}:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", str(name)):
+            raise ExperimentError(f"{source}: arm name {name!r}; accepted: letters, digits "
+                                  f"and _")
     parts = {f"arms.{name}": over for name, over in (arms or {}).items()}
     if "every_arm" in document:
         parts["every_arm"] = document["every_arm"]
     for where, over in parts.items():
-        if where.startswith("arms.") and not re.fullmatch(r"[A-Za-z0-9_]+", str(where[5:])):
-            raise ExperimentError(f"{source}: arm name {where[5:]!r}; accepted: letters, "
-                                  f"digits and _")
         if not isinstance(over, dict):
             raise ExperimentError(f"{source}: {where} must be a mapping of experiment keys")
         _refuse_unknown_keys(over, list(ARM_KEYS), where, source)
@@ -381,12 +384,16 @@ def load_document(path: str | Path, arm: str | None = None) -> dict[str, Any]:
     if arm not in arms:
         raise ExperimentError(f"{path}: unknown arm {arm!r}; accepted: {sorted(arms)}"
                               if arms else f"{path}: --arm {arm!r}, but the file has no arms")
-    name = document.get("name") or path.stem
     merged = merge_documents(merge_documents(document, every_arm), arms[arm])
     if "name" not in arms[arm]:
-        merged["name"] = f"{name}_{arm}"
+        merged["name"] = f"{experiment_name(document, path)}_{arm}"
     _check_document(merged, f"{path}, arm {arm}")
     return merged
+
+
+def experiment_name(document: Mapping[str, Any], path: Path) -> str:
+    """The document's ``name``, else the file's stem."""
+    return str(document.get("name") or path.stem)
 
 
 def arm_names(path: str | Path) -> list[str]:
@@ -440,7 +447,7 @@ def load_experiment(path: str | Path, overrides: list[str] = (), *, arm: str | N
     document = load_document(path, arm)
     for text in overrides:
         key, value = parse_override(text)
-        if key in ("extends", "arms", "every_arm"):
+        if key in RESOLVED_WHEN_READ:
             raise ExperimentError(f"--set {text!r}: {key} is resolved when the file is read; "
                                   f"accepted: {key} inside an experiment file")
         set_dotted(document, key, value)
@@ -465,7 +472,7 @@ def load_experiment(path: str | Path, overrides: list[str] = (), *, arm: str | N
             raise ExperimentError(f"{path}: {variant or 'config'}: {exc}") from exc
         configs.append(config)
     return Experiment(
-        name=str(document.get("name") or path.stem), configs=configs,
+        name=experiment_name(document, path), configs=configs,
         stop=dict(document.get("stop") or {"training_iteration": 10}),
         checkpoint_frequency=int(document.get("checkpoint_frequency", 1)),
         max_concurrent_trials=int(document.get("max_concurrent_trials", 1)),

@@ -184,14 +184,8 @@ class ATGRPO(Algorithm):
             self.restore_from_path(config.start_from_checkpoint)
         #: The held-out instances, the untrained team's baseline and the transcripts.
         self._held_out = HeldOutEvaluation(self.config)
-        measure_untrained = config.start_from_checkpoint is None
-        if config.evaluation_interval and measure_untrained:
-            # The learner's starting weights on the runners that play it, as every later
-            # evaluation syncs first: a vLLM runner's engine serves no adapter before a sync.
-            self._evaluation_group().sync_weights(
-                from_worker_or_learner_group=self.learner_group, inference_only=True)
-        self._held_out.start(self._evaluation_group(), self.logdir,
-                             measure_untrained=measure_untrained)
+        self._held_out.start(self._evaluation_group_with_learner_weights, self.logdir,
+                             measure_untrained=config.start_from_checkpoint is None)
 
     @override(Algorithm)
     def training_step(self) -> None:
@@ -406,8 +400,7 @@ class ATGRPO(Algorithm):
         the same fixed evaluation instances every time, greedy, no branching; with the
         untrained team's numbers beside them (``untrained_*``). RLlib calls it inside ``step``,
         after the iteration's update and before ``self.iteration`` counts it (``held_out.py``)."""
-        group = self._evaluation_group()
-        group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        group = self._evaluation_group_with_learner_weights()
         return {**self._held_out.play(group, self.logdir, after_iteration=self.iteration + 1),
                 **self._held_out.untrained_columns()}
 
@@ -418,6 +411,14 @@ class ATGRPO(Algorithm):
     def _evaluation_group(self):
         """The runners that play the held-out instances: the evaluation group, if any."""
         return self.eval_env_runner_group or self.env_runner_group
+
+    def _evaluation_group_with_learner_weights(self):
+        """:meth:`_evaluation_group` after a sync of the learner's current weights: every
+        held-out evaluation, the untrained one included, plays what the learner holds (a vLLM
+        runner's engine serves no adapter before its first sync)."""
+        group = self._evaluation_group()
+        group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        return group
 
     @override(Algorithm)
     def _compile_iteration_results(self, *, train_results, eval_results):

@@ -76,15 +76,17 @@ class HeldOutEvaluation:
         #: The evaluation columns of an iteration that does not evaluate (all NaN).
         self._nan_columns: dict[str, Any] = {}
 
-    def start(self, group, logdir: str, *, measure_untrained: bool) -> None:
+    def start(self, group_to_play_on, logdir: str, *, measure_untrained: bool) -> None:
         """At the algorithm's setup: the untrained team's evaluation (``measure_untrained``),
-        then the NaN columns, both only when ``evaluation_interval`` is set."""
+        then the NaN columns, both only when ``evaluation_interval`` is set.
+        ``group_to_play_on()`` returns the runner group, holding the learner's weights; it is
+        called only when the untrained team is played."""
         if not self._config.evaluation_interval:
             return
         if measure_untrained:
             logger.info("held-out evaluation of the untrained team: %d tasks, greedy",
                         int(self._config.evaluation_duration))
-            self.untrained = self.play(group, logdir, after_iteration=0)
+            self.untrained = self.play(group_to_play_on(), logdir, after_iteration=0)
             logger.info("held-out success of the untrained team: %.3f",
                         self.untrained[EVALUATION_SUCCESS_RATE])
         self._nan_columns = nan_evaluation_result(self._env_agents())

@@ -135,7 +135,7 @@ def test_held_out_evaluation_during_training_plays_on_vllm_as_on_hf(tmp_path):
         lines = (Path(algo.logdir) / HELD_OUT_TRANSCRIPTS_DIR / name).read_text().splitlines()
         return [(e["task"], e["agent"], e["response"]) for e in map(json.loads, lines)]
 
-    responses, results = {}, {}
+    responses = {}
     for engine in ("hf", "vllm"):
         config = vllm_config("per_role", lora=True).llm(engine=engine).evaluation(
             evaluation_interval=1, evaluation_duration=3)
@@ -143,12 +143,11 @@ def test_held_out_evaluation_during_training_plays_on_vllm_as_on_hf(tmp_path):
         try:
             responses[engine] = transcript(algo, "iteration_000000.jsonl")
             if engine == "vllm":
-                results[engine] = algo.train()
+                evaluation = algo.train()["evaluation"]
                 trained = transcript(algo, "iteration_000001.jsonl")
         finally:
             algo.stop()
     assert len(responses["hf"]) == 3 * len(AGENTS)
     assert responses["vllm"] == responses["hf"]
-    evaluation = results["vllm"]["evaluation"]
     assert 0.0 <= evaluation["success_rate"] <= 1.0 and evaluation["num_episodes"] == 3
     assert len(trained) == 3 * len(AGENTS)
