@@ -63,14 +63,13 @@ sandbox-tools:
 		{ apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null; }; \
 	else echo "warning: no bwrap; install bubblewrap for the strongest sandbox (docs/sandbox.md)"; fi
 
-# Every test but the cluster tier; as root, the hostile sandbox suite runs a second time as an
-# unprivileged user. Every test's duration is kept in $(OUTPUT)/test_report.xml (JUnit XML)
+# Every test but the cluster tier; as root, the hostile sandbox suites also run as an
+# unprivileged user (tests/tasks/test_sandbox_unprivileged.py). Every test's duration is kept in $(OUTPUT)/test_report.xml (JUnit XML)
 # beside the slowest 25 printed, so a slow test can be found after the run.
 test: install sandbox-tools
 	@mkdir -p $(OUTPUT)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not cluster" \
 		--junit-xml=$(OUTPUT)/test_report.xml
-	@if [ "$$(id -u)" = 0 ]; then PY=$(PY) tests/sandbox_unprivileged.sh; fi
 
 # The runs with several Ray processes each (fault injection, resource pools, asynchronous
 # training, several learners): minutes of Ray start-ups, kept out of `make test`; CI runs both.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The hostile sandbox suite again, as an unprivileged user (`make test` runs it when it is root;
-# CI is root). bubblewrap then runs without privileges, in a user namespace of its own, which is
-# the path every non-root user of the library takes. The launcher tests (interpreters and venvs
-# under /tmp, no silent fallback) and the answer-key searches run there too.
+# The hostile sandbox suites again, as an unprivileged user (as root, `make test` runs it through
+# tests/tasks/test_sandbox_unprivileged.py; CI is root). bubblewrap then runs without privileges,
+# in a user namespace of its own, which is the path every non-root user of the library takes.
+# The launcher tests (interpreters and venvs under /tmp, no silent fallback) and the answer-key
+# searches run there too.
 #
 # The venv's interpreter may live where other users cannot reach it (pyenv under /root, mode
 # 0700): for the length of the run the folders above it get o+x (enter, not list), and their

@@ -1,7 +1,8 @@
 """Each task's CPU experiment file trains for two AT-GRPO iterations with a tiny random model.
 
 The file is used as shipped except for the model (tiny random llama instead of SmolLM2), the
-response length and the number of tasks, so these tests check the env settings, the mapping
+response length, the number of tasks and the size of the held-out set (2 instances where the file
+evaluates: the untrained evaluation still runs at setup), so these tests check the env settings, the mapping
 and the training section users run with `pettingllms-rllib train tune_configs/<task>_cpu.yaml`.
 """
 
@@ -23,6 +24,7 @@ TINY_OVERRIDES = [
     "num_attention_heads: 2, num_key_value_heads: 1}",
     "llm.max_new_tokens=8",
     "training.num_tasks_per_iteration=2",
+    "evaluation.evaluation_duration=2",
 ]
 
 
