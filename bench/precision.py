@@ -141,9 +141,9 @@ def bench_mismatch(args) -> dict:
     from pettingllms_rllib.models.loading import ModelSpec, load_causal_lm, load_tokenizer
     from pettingllms_rllib.models.logprobs import response_logprobs
 
-    env = make_text_env("math_v0", {"dataset": "generated", "difficulty": 1,
-                                    "kinds": ["arithmetic"], "prompt_style": "compact",
-                                    "answer_format": "sentence"})
+    env = make_text_env("math_v0", {"dataset": {"source": "generated", "difficulty": 1,
+                                                "kinds": ["arithmetic"]},
+                                    "variant": "compact_sentence"})
     prompts = [env.reset(seed=seed)[0]["reasoner"] for seed in range(8)]
     tokenizer = load_tokenizer(ModelSpec(args.model))
     result = {}

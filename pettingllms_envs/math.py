@@ -390,6 +390,191 @@ _NO_ANSWER = AgentAnswer(text=None, parsed=(), report="(no answer yet)")
 _NO_PROGRAM = AgentAnswer(text=None, parsed=(), report="(no program)")
 
 
+# ------------------------------------------------------------------------------ named variants
+@dataclasses.dataclass(frozen=True)
+class MathVariant:
+    """What one named math setting shows its agents and how the reasoner answers
+    (``variant:`` in the env config; the shipped ones are :data:`VARIANTS`). Each field is
+    one change measured in docs/RESULTS.md; configs name a variant, never the fields, so a
+    setting's prompts are the ones its numbers were measured with. In Python a
+    :class:`MathVariant` may combine the fields otherwise, for an experiment.
+
+    Fields:
+        prompt_style: "full" (the paper-style prompt with the roles explained) or "compact" (a
+            few lines: problem, the other agent's answer, answer format), for very small models.
+        answer_format: how the reasoner gives its final answer: "boxed" (the paper's
+            ``\\boxed{...}``) or "sentence" (a closing "The answer is 12.", read by
+            :func:`parse_answer_sentence`; a box still counts). ~100M-parameter instruct
+            models write the sentence unprompted but almost never a box.
+        tool_example: what the compact prompt shows the tool: "placeholder" (the line
+            :data:`TOOL_PLACEHOLDER`) or "number" (``print(42)``, a number that is never the
+            answer). The full prompt always shows a number, so "number" needs the compact one.
+    """
+
+    prompt_style: str = "full"
+    answer_format: str = "boxed"
+    tool_example: str = "placeholder"
+
+    def __post_init__(self):
+        check_prompt_style(self.prompt_style)
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format={self.answer_format!r}; accepted: {ANSWER_FORMATS}")
+        if self.tool_example not in TOOL_EXAMPLES:
+            raise ValueError(f"tool_example={self.tool_example!r}; accepted: {TOOL_EXAMPLES}")
+        if self.tool_example != "placeholder" and self.prompt_style != "compact":
+            raise ValueError(f"tool_example={self.tool_example!r} changes the compact prompt: it "
+                             f"needs prompt_style='compact', got {self.prompt_style!r}")
+
+
+_COMPACT_SENTENCE = MathVariant(prompt_style="compact", answer_format="sentence")
+#: The shipped math settings by name; docs/tasks.md lists each with the config that runs it.
+#: A name spells each change from the paper's prompt (prompt style, answer format, the tool's
+#: example), so a config says what its agents are shown without a look-up, and the example
+#: number variant reads as what it is: the main job's prompt with one line changed.
+VARIANTS: dict[str, MathVariant] = {
+    "paper": MathVariant(),
+    "compact_sentence": _COMPACT_SENTENCE,
+    "compact_sentence_number_example": dataclasses.replace(_COMPACT_SENTENCE,
+                                                           tool_example="number"),
+}
+#: Prompt flags of env configs written before the named variants (2026-12-07), each a field of
+#: :class:`MathVariant`. The combinations no variant names (e.g. the compact prompt with a
+#: boxed answer) were pilots; their numbers are in docs/RESULTS.md and docs/results_log.md.
+RETIRED_FLAGS = frozenset(field.name for field in dataclasses.fields(MathVariant))
+
+
+def math_variant(variant: str | MathVariant,
+                 retired_flags: Mapping[str, Any] | None = None) -> MathVariant:
+    """The named variant (a :class:`MathVariant` itself is taken as given: an experiment in
+    Python), or, for an env config written before the names (an old checkpoint), the variant
+    its flags spell exactly (logged); any other combination is refused, naming the variants
+    and what each sets."""
+    if not isinstance(variant, MathVariant) and (not isinstance(variant, str)
+                                                 or variant not in VARIANTS):
+        raise ValueError(f"unknown math variant {variant!r}; known: {list(VARIANTS)}")
+    if not retired_flags:
+        return variant if isinstance(variant, MathVariant) else VARIANTS[variant]
+    unknown = sorted(set(retired_flags) - RETIRED_FLAGS)
+    if unknown:
+        raise TypeError(f"MathEnv got unexpected keyword arguments {unknown}")
+    if variant != "paper":
+        raise ValueError(f"variant={variant!r} and the retired prompt flags "
+                         f"{sorted(retired_flags)} exclude each other: give the variant only")
+    try:
+        spelled, why = MathVariant(**retired_flags), ""
+    except ValueError as exc:  # not even a valid combination: say why, then what is shipped
+        spelled, why = None, f"{exc}; "
+    for name, known in VARIANTS.items():
+        if known == spelled:
+            logger.warning("math prompt flags %s are retired: this is variant=%r",
+                           sorted(retired_flags), name)
+            return known
+    described = {name: {f: v for f, v in dataclasses.asdict(known).items()
+                        if v != getattr(MathVariant(), f)} for name, known in VARIANTS.items()}
+    raise ValueError(f"the prompt flags {dict(retired_flags)} are no shipped math variant "
+                     f"({why}the flags were retired; math_v0 takes variant=one of "
+                     f"{described})")
+
+
+# ------------------------------------------------------------------------------ data source
+@dataclasses.dataclass(frozen=True)
+class MathData:
+    """Where the problems come from (``dataset:`` in the env config: "generated", or a
+    mapping of these fields). One argument instead of seven because the fields only mean
+    something together: a format, split or config belongs to a loaded source, a difficulty
+    and kinds to the generated one, so they are checked together.
+
+    Fields:
+        source: "generated" (default, offline) or a local .jsonl/.json/.parquet path or a
+            ``datasets`` hub name, read once at construction.
+        format: row format of a loaded source, one of :data:`DATASET_FORMATS` ("aime",
+            "olympiadbench", "polaris", "records"); required with a path or hub name, refused
+            with "generated".
+        split ("train"), config (None): split and config name of a hub dataset.
+        test_fraction: share of a loaded (or given) set's problems reserved for test seeds
+            (0.5; in [0, 1]; 1.0 = an evaluation-only set, 0.0 = a training-only set). A
+            generated question's split is a hash of its text instead.
+        difficulty (2; 1, 2 or 3) and kinds (all of :data:`KINDS`): the generated set's level
+            and problem kinds.
+    """
+
+    source: str = "generated"
+    format: str | None = None
+    split: str = "train"
+    config: str | None = None
+    test_fraction: float = 0.5
+    difficulty: int = 2
+    kinds: tuple[str, ...] = KINDS
+
+    def __post_init__(self):
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError(f"dataset source must be 'generated', a file path or a hub name, "
+                             f"got {self.source!r}")
+        if self.source == "generated" and self.format is not None:
+            raise ValueError(f"dataset format={self.format!r} applies to a loaded dataset, "
+                             "not source 'generated'")
+        if self.source != "generated" and self.format not in DATASET_FORMATS:
+            raise ValueError(f"dataset source {self.source!r} needs format, one of "
+                             f"{DATASET_FORMATS}; got {self.format!r}")
+        if not isinstance(self.split, str) or not self.split:
+            raise ValueError(f"dataset split must be a split name, got {self.split!r}")
+        if self.config is not None and (not isinstance(self.config, str) or not self.config):
+            raise ValueError(f"dataset config must be None or a config name, got "
+                             f"{self.config!r}")
+        fraction = check_float("dataset test_fraction", self.test_fraction)
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"dataset test_fraction must be in [0, 1], got "
+                             f"{self.test_fraction!r}")
+        difficulty, kinds = check_generator_args(self.difficulty, self.kinds)
+        object.__setattr__(self, "test_fraction", fraction)
+        object.__setattr__(self, "difficulty", difficulty)
+        object.__setattr__(self, "kinds", kinds)
+
+
+#: The keys a ``dataset:`` mapping accepts, in the order of :class:`MathData`.
+DATA_FIELDS = tuple(field.name for field in dataclasses.fields(MathData))
+#: Data keywords of env configs written before :class:`MathData` (2026-12-07), each the
+#: :class:`MathData` field it became (``dataset`` itself became ``source``).
+RETIRED_DATA_KEYWORDS = {"dataset_format": "format", "hub_split": "split",
+                         "hub_config": "config", "test_fraction": "test_fraction",
+                         "difficulty": "difficulty", "kinds": "kinds"}
+
+
+def math_data(dataset: str | Mapping[str, Any] | MathData,
+              retired_keywords: Mapping[str, Any] | None = None) -> MathData:
+    """The data source ``dataset`` names: "generated", a mapping of :class:`MathData`'s
+    fields, or a :class:`MathData`. An env config written before it (an old checkpoint:
+    ``dataset`` a string beside the flat ``retired_keywords``) still loads, as the same
+    source (logged with its new spelling); flat keywords beside a mapping are refused."""
+    retired = dict(retired_keywords or {})
+    if retired and not isinstance(dataset, str):
+        raise ValueError(f"the retired keywords {sorted(retired)} and dataset={dataset!r} "
+                         f"exclude each other: give them inside dataset, as "
+                         f"{sorted(RETIRED_DATA_KEYWORDS[key] for key in retired)}")
+    if isinstance(dataset, MathData):
+        return dataset
+    if isinstance(dataset, Mapping):
+        unknown = sorted(set(dataset) - set(DATA_FIELDS), key=str)
+        if unknown:
+            raise ValueError(f"dataset has unknown keys {unknown}; accepted: {list(DATA_FIELDS)}")
+        return MathData(**dataset)
+    if not isinstance(dataset, str):
+        raise ValueError(f"dataset must be 'generated', a mapping of {list(DATA_FIELDS)} or a "
+                         f"MathData, got {dataset!r}")
+    if not retired and dataset.strip() and dataset != "generated":
+        raise ValueError(f"dataset={dataset!r} needs its row format: dataset: {{source: "
+                         f"{dataset!r}, format: one of {DATASET_FORMATS}}}")
+    data = MathData(source=dataset, **{RETIRED_DATA_KEYWORDS[key]: value
+                                       for key, value in retired.items()})
+    if retired:
+        spelled = {"source": data.source, **{
+            name: getattr(data, name) for name in DATA_FIELDS[1:]
+            if getattr(data, name) != getattr(MathData(), name)}}
+        logger.warning("math data keywords %s are retired: this is dataset=%r",
+                       sorted(retired), spelled)
+    return data
+
+
 # ------------------------------------------------------------------------------ the env
 _REASONER = Role(
     name="reasoner",
@@ -421,7 +606,9 @@ class MathEnv(TextParallelEnv):
 
     * ``reasoner``: answers in text with the final answer in ``\\boxed{...}`` (the last
       complete box counts; nested braces are fine; :func:`extract_boxed`). No box, an empty box
-      or one over 200 characters: parse error, ``invalid_action_penalty``.
+      or one over 200 characters: parse error, ``invalid_action_penalty``. The ``compact_sentence``
+      variants ask for a closing "The answer is 12." instead (:func:`parse_answer_sentence`;
+      a box still counts).
     * ``tool``: writes a program in a ```python fenced block that prints the answer; it runs in
       :mod:`~pettingllms_envs.sandbox` with ``sandbox_limits``, and its answer is the last
       non-empty line of stdout. No code block, a failed or timed-out program, empty output or a
@@ -464,17 +651,20 @@ class MathEnv(TextParallelEnv):
     a given problem.
 
     Args (keyword-only):
-        dataset: "generated" (default, offline) or a local .jsonl/.json/.parquet path or a
-            ``datasets`` hub name, read once at construction.
-        dataset_format: row format of a loaded dataset, one of "aime", "olympiadbench",
-            "polaris", "records" (required with a path or hub name; only then).
-        hub_split ("train"), hub_config (None): split and config name of a hub dataset.
-        test_fraction: share of a loaded dataset's problems reserved for test seeds (0.5;
-            in [0, 1]; 1.0 = an evaluation-only set, 0.0 = a training-only set).
-        problems: a pre-loaded list of :class:`MathProblem` (or records) used instead of
-            ``dataset`` (split by id like a loaded dataset). Clones share it, never copy it.
-        difficulty (2; 1, 2 or 3) and kinds (all of "arithmetic", "fractions", "linear",
-            "system", "quadratic"): the generated set's level and problem kinds.
+        dataset: where the problems come from: "generated" (default, offline; difficulty 2,
+            all kinds) or a mapping of :class:`MathData`'s fields, ``{source, format, split,
+            config, test_fraction, difficulty, kinds}``, e.g. ``{source: generated,
+            difficulty: 1, kinds: [arithmetic]}`` or ``{source: aime.jsonl, format: aime,
+            test_fraction: 1.0}`` (a :class:`MathData` in Python). A path or hub name alone
+            is refused: its row format is part of the source.
+        problems: a pre-loaded list of :class:`MathProblem` (or records) used instead of a
+            loaded source (split by id like one, with ``dataset``'s ``test_fraction``).
+            Clones share it, never copy it.
+        variant: the named prompt setting, one of :data:`VARIANTS` ("paper": the paper's full
+            prompt with a boxed answer, the default; "compact_sentence": the compact prompt
+            with "The answer is ..." and the tool's placeholder line, the CPU main job;
+            "compact_sentence_number_example": the same with ``print(42)`` as the tool's
+            example); what each shows is :class:`MathVariant`.
         max_turns: turns T (3). alpha: team-reward weight (1.0).
         invalid_action_penalty: local reward of an unusable response (-1.0).
         correct_reward (1.0), wrong_reward (0.0): local reward of a correct / wrong answer.
@@ -484,19 +674,17 @@ class MathEnv(TextParallelEnv):
             (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
             installed packages its programs may import besides the standard library;
             ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
-        prompt_style: "full" (paper-style prompt with the roles explained) or "compact" (a few
-            lines: problem, the other's answer, answer format), for very small models.
         code_runner: advanced; ``code -> SandboxResult`` replacing the sandbox (a remote
             executor, or a fake in tests).
         single_agent: the single-agent baseline above: the reasoner alone, checking its answer
             with its own program (False).
-        answer_format: how the reasoner gives its final answer: "boxed" (the paper's
-            ``\\boxed{...}``, default) or "sentence" (a closing "The answer is 12.", read by
-            :func:`parse_answer_sentence`; a box still counts). ~100M-parameter instruct models
-            write the sentence unprompted but almost never a box.
-        tool_example: what the compact prompt shows the tool: "placeholder" (the line
-            :data:`TOOL_PLACEHOLDER`, default) or "number" (``print(42)``, a number that is
-            never the answer). The full prompt always shows a number.
+
+    Env configs written before the variant and the data source (an old checkpoint) still
+    load: their prompt flags (``prompt_style``, ``answer_format``, ``tool_example``) when they
+    spell one variant exactly, and their flat data keywords (``dataset_format``,
+    ``hub_split``, ``hub_config``, ``test_fraction``, ``difficulty``, ``kinds``) as the same
+    source; each is logged with its new spelling, and any other combination is refused
+    (:func:`math_variant`, :func:`math_data`).
     """
 
     metadata = {"name": "math_v0"}
@@ -504,47 +692,36 @@ class MathEnv(TextParallelEnv):
     roles = {"reasoner": _REASONER, "tool": _TOOL}
     workflow = [("reasoner", "tool")]
 
-    def __init__(self, *, dataset: str = "generated", dataset_format: str | None = None,
-                 hub_split: str = "train", hub_config: str | None = None,
-                 test_fraction: float = 0.5,
+    def __init__(self, *, dataset: str | Mapping[str, Any] | MathData = "generated",
                  problems: Sequence[MathProblem | Mapping[str, Any]] | None = None,
-                 difficulty: int = 2, kinds: Sequence[str] = KINDS,
-                 max_turns: int = 3, alpha: float = 1.0, invalid_action_penalty: float = -1.0,
-                 correct_reward: float = 1.0, wrong_reward: float = 0.0,
+                 variant: str | MathVariant = "paper", max_turns: int = 3, alpha: float = 1.0,
+                 invalid_action_penalty: float = -1.0, correct_reward: float = 1.0,
+                 wrong_reward: float = 0.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
-                 sandbox: Mapping[str, Any] | None = None,
-                 prompt_style: str = "full", code_runner: CodeRunner | None = None,
-                 single_agent: bool = False, answer_format: str = "boxed",
-                 tool_example: str = "placeholder"):
-        if answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format={answer_format!r}; accepted: {ANSWER_FORMATS}")
-        if tool_example not in TOOL_EXAMPLES:
-            raise ValueError(f"tool_example={tool_example!r}; accepted: {TOOL_EXAMPLES}")
-        self.answer_format = answer_format
-        self.tool_example = tool_example
-        self.difficulty, self.kinds = check_generator_args(difficulty, kinds)
-        self.test_fraction = check_float("test_fraction", test_fraction)
-        if not 0.0 <= self.test_fraction <= 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction!r}")
+                 sandbox: Mapping[str, Any] | None = None, code_runner: CodeRunner | None = None,
+                 single_agent: bool = False, **retired: Any):
+        #: What the prompts show and how the reasoner answers (:class:`MathVariant`).
+        self.variant = math_variant(variant, {key: value for key, value in retired.items()
+                                              if key not in RETIRED_DATA_KEYWORDS})
+        #: Where the problems come from (:class:`MathData`).
+        self.data = math_data(dataset, {key: value for key, value in retired.items()
+                                        if key in RETIRED_DATA_KEYWORDS})
         self.reward_config = RewardConfig(
             correct_reward=check_float("correct_reward", correct_reward),
             wrong_reward=check_float("wrong_reward", wrong_reward))
         self.sandbox_limits = check_sandbox_limits(
             sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
             runner=code_runner)
-        self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
         self.load_report: LoadReport | None = None
-        self.problems = self._resolve_problems(dataset, dataset_format, hub_split, hub_config,
-                                               problems)
-        self.dataset = dataset
+        self.problems = self._resolve_problems(problems)
         self._splits = self._split_problems()
         self.single_agent = bool(single_agent)
         if self.single_agent:  # one role, no tool agent (arXiv 2510.11062, Table 1)
             self.possible_agents = ["reasoner"]
             self.workflow = [("reasoner",)]
             self.roles = {"reasoner": _SOLO_REASONER}
-        if answer_format == "sentence":
+        if self.variant.answer_format == "sentence":
             self.roles = {**self.roles, "reasoner": dataclasses.replace(
                 self.roles["reasoner"], parse=parse_answer_sentence,
                 description=_SENTENCE_REASONER.description)}
@@ -556,19 +733,12 @@ class MathEnv(TextParallelEnv):
         self.answers: dict[str, AgentAnswer] = {}
 
     # ------------------------------------------------------------------ construction
-    def _resolve_problems(self, dataset: Any, dataset_format: Any, hub_split: Any,
-                          hub_config: Any, problems: Any) -> tuple[MathProblem, ...] | None:
+    def _resolve_problems(self, problems: Any) -> tuple[MathProblem, ...] | None:
         """None for the generated set, else the immutable problem tuple (loaded or given)."""
-        if not isinstance(dataset, str) or not dataset.strip():
-            raise ValueError(f"dataset must be 'generated', a file path or a hub name, "
-                             f"got {dataset!r}")
-        if not isinstance(hub_split, str) or not hub_split:
-            raise ValueError(f"hub_split must be a split name, got {hub_split!r}")
-        if hub_config is not None and (not isinstance(hub_config, str) or not hub_config):
-            raise ValueError(f"hub_config must be None or a config name, got {hub_config!r}")
         if problems is not None:
-            if dataset != "generated" or dataset_format is not None:
-                raise ValueError("give either problems or dataset/dataset_format, not both")
+            if self.data.source != "generated":
+                raise ValueError(f"give either problems or a loaded dataset (source "
+                                 f"{self.data.source!r}), not both")
             if isinstance(problems, (str, Mapping)) or not isinstance(problems, Sequence):
                 raise ValueError("problems must be a list of MathProblem or records")
             converted = []
@@ -581,15 +751,11 @@ class MathEnv(TextParallelEnv):
             if not converted:
                 raise ValueError("problems must not be empty")
             return tuple(converted)
-        if dataset == "generated":
-            if dataset_format is not None:
-                raise ValueError("dataset_format applies to a loaded dataset, not 'generated'")
+        if self.data.source == "generated":
             return None
-        if dataset_format not in DATASET_FORMATS:
-            raise ValueError(f"dataset={dataset!r} needs dataset_format, one of "
-                             f"{DATASET_FORMATS}; got {dataset_format!r}")
-        loaded, self.load_report = load_problems(dataset, dataset_format=dataset_format,
-                                                 split=hub_split, config=hub_config)
+        data = self.data
+        loaded, self.load_report = load_problems(data.source, dataset_format=data.format,
+                                                 split=data.split, config=data.config)
         return tuple(loaded)
 
     def _split_problems(self) -> dict[str, tuple[int, ...]]:
@@ -598,9 +764,9 @@ class MathEnv(TextParallelEnv):
             return {}
         splits: dict[str, list[int]] = {"train": [], "test": []}
         for index, problem in enumerate(self.problems):
-            splits[split_of_id(problem.id, self.test_fraction)].append(index)
+            splits[split_of_id(problem.id, self.data.test_fraction)].append(index)
         logger.info("math: %d train / %d test problems (test_fraction=%g)",
-                    len(splits["train"]), len(splits["test"]), self.test_fraction)
+                    len(splits["train"]), len(splits["test"]), self.data.test_fraction)
         return {name: tuple(indices) for name, indices in splits.items()}
 
     def clone(self) -> "MathEnv":
@@ -627,13 +793,13 @@ class MathEnv(TextParallelEnv):
     def _seeded_problem(self, seed: int | None) -> MathProblem:
         split = split_of_seed(seed)
         if self.problems is None:
-            return generate_problem(self.np_random, difficulty=self.difficulty,
-                                    kinds=self.kinds, split=split)
+            return generate_problem(self.np_random, difficulty=self.data.difficulty,
+                                    kinds=self.data.kinds, split=split)
         indices = self._splits[split]
         if not indices:
             raise ValueError(f"math: the dataset has no {split} problems "
-                             f"(test_fraction={self.test_fraction:g}); use seeds of the other "
-                             "split or another test_fraction")
+                             f"(test_fraction={self.data.test_fraction:g}); use seeds of the "
+                             "other split or another test_fraction")
         if seed is None:
             position = int(self.np_random.integers(len(indices)))
         else:
@@ -647,7 +813,7 @@ class MathEnv(TextParallelEnv):
         question = to_ascii(self.problem.question)
         number = self.example_number()
         own, theirs = self.answers[agent].report, self.answers[other].report
-        if self.prompt_style == "compact":
+        if self.variant.prompt_style == "compact":
             lines = [f"Problem: {question}"]
             # Only the other agent's answer: shown its own wrong answer beside the tool's, the
             # untrained 135M reasoner copies the tool's right one half as often (9 vs 22 of 32).
@@ -689,33 +855,35 @@ class MathEnv(TextParallelEnv):
         raise RuntimeError(f"every example number equals the answer {self.problem.answer!r}")
 
     def _compact_tool_line(self, number: str) -> str:
-        """The program line the compact prompt shows the tool (``tool_example``)."""
-        return TOOL_PLACEHOLDER if self.tool_example == "placeholder" else f"print({number})"
+        """The program line the compact prompt shows the tool (the variant's ``tool_example``)."""
+        if self.variant.tool_example == "placeholder":
+            return TOOL_PLACEHOLDER
+        return f"print({number})"
 
     def _compact_tool_instruction(self, number: str) -> str:
         """The compact prompt's tool line. The "number" wording is the one measured before the
         placeholder (docs/RESULTS.md: untrained team 0.19 on 32 held-out problems)."""
-        if self.tool_example == "placeholder":
+        if self.variant.tool_example == "placeholder":
             return f"Write a ```python block with one line: {TOOL_PLACEHOLDER}"
         return f"Write a ```python block that prints the answer, like: print({number})"
 
     def _answer_instruction(self, number: str) -> str:
         """The full prompt's answer-format line for the reasoner."""
-        if self.answer_format == "boxed":
+        if self.variant.answer_format == "boxed":
             return _boxed_instruction(number)
         return f"Reason step by step, then end with one line: {SENTENCE_PLACEHOLDER}"
 
     def _compact_answer_line(self, number: str) -> str:
         """The compact prompt's answer-format line for the reasoner."""
-        if self.answer_format == "boxed":
+        if self.variant.answer_format == "boxed":
             return f"End with your answer like \\boxed{{{number}}}."
         return f"End with one line: {SENTENCE_PLACEHOLDER}"
 
     def prompt_examples(self) -> dict[str, str]:
         number = self.example_number()
-        reasoner = (f"\\boxed{{{number}}}" if self.answer_format == "boxed"
+        reasoner = (f"\\boxed{{{number}}}" if self.variant.answer_format == "boxed"
                     else SENTENCE_PLACEHOLDER)
-        tool = (self._compact_tool_line(number) if self.prompt_style == "compact"
+        tool = (self._compact_tool_line(number) if self.variant.prompt_style == "compact"
                 else f"print({number})")
         examples = {"reasoner": reasoner, "tool": f"```python\n{tool}\n```"}
         return {agent: text for agent, text in examples.items() if agent in self.agents}
@@ -726,7 +894,7 @@ class MathEnv(TextParallelEnv):
         question = to_ascii(self.problem.question)
         number = self.example_number()
         own, program = self.answers["reasoner"].report, self.answers["tool"].report
-        if self.prompt_style == "compact":
+        if self.variant.prompt_style == "compact":
             lines = [f"Problem: {question}"]
             if self.turn:
                 lines.append(f"Your answer: {own}. Your program: {program}.")

@@ -37,13 +37,16 @@ def vllm_counts_as_installed(monkeypatch):
 
 def overrides_for(path: Path, tmp_path: Path, arm: str | None = None) -> list[str]:
     env_config = load_document(path, arm)["algorithm"]["environment"]["env_config"]
-    data_format = env_config.get("dataset_format")
+    dataset = env_config.get("dataset")
+    # math_v0 names its source and format in one mapping (MathData); code_v0 flat.
+    nested = isinstance(dataset, dict)
+    data_format = dataset.get("format") if nested else env_config.get("dataset_format")
     if data_format is None:
         return []
     local = tmp_path / f"{data_format}.jsonl"
     local.write_text("\n".join(json.dumps(dict(LOCAL_ROWS[data_format], id=f"p{i}",
                                                name=f"p{i}")) for i in range(4)))
-    return [f"environment.env_config.dataset={local}"]
+    return [f"environment.env_config.dataset{'.source' if nested else ''}={local}"]
 
 
 @pytest.mark.parametrize("path,arm", RUNNABLE, ids=[
@@ -170,3 +173,24 @@ def test_plan_path_configs_name_their_variant_instead_of_prompt_flags():
         assert env_config.get("variant", "paper") in VARIANTS, path
         checked += 1
     assert checked >= 8
+
+
+def test_math_configs_name_their_variant_and_one_data_source():
+    """Each shipped math setting is a named variant with its data source in one ``dataset``
+    mapping (docs/tasks.md); the retired prompt flags and flat data keywords are the env's
+    past, not a config's."""
+    from pettingllms_envs.math import (DATA_FIELDS, RETIRED_DATA_KEYWORDS, RETIRED_FLAGS,
+                                       VARIANTS)
+
+    checked = 0
+    for path in CONFIGS:
+        environment = load_document(path).get("algorithm", {}).get("environment", {})
+        if environment.get("env") != "math_v0":
+            continue
+        env_config = environment.get("env_config", {})
+        assert not (RETIRED_FLAGS | set(RETIRED_DATA_KEYWORDS)) & set(env_config), path
+        assert env_config.get("variant", "paper") in VARIANTS, path
+        dataset = env_config.get("dataset", "generated")
+        assert dataset == "generated" or set(dataset) <= set(DATA_FIELDS), path
+        checked += 1
+    assert checked >= 5

@@ -27,7 +27,10 @@ def task_settings():
         import_env_modules(config.get("imports", []), source=path.name)
         environment = config["algorithm"]["environment"]
         env_config = environment.get("env_config", {})
-        if env_config.get("dataset") in HUB_DATASETS:
+        dataset = env_config.get("dataset")
+        if isinstance(dataset, dict):  # math_v0's data source: {source, format, ...}
+            dataset = dataset.get("source")
+        if dataset in HUB_DATASETS:
             continue
         duration = (config["algorithm"].get("evaluation") or {}).get("evaluation_duration", 0)
         key = (environment["env"], repr(sorted(env_config.items())))

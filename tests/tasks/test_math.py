@@ -1,6 +1,8 @@
 """Math: conformance, answer extraction, math-verify scoring, agreement, data, hostile input."""
 
 import ast
+import dataclasses
+import inspect
 import math
 import re
 import threading
@@ -14,7 +16,10 @@ from pettingzoo.test import parallel_api_test
 from pettingllms_envs.data import DatasetUnavailableError
 from pettingllms_envs.math import (
     MAX_ANSWER_CHARS,
+    VARIANTS,
+    MathData,
     MathEnv,
+    MathVariant,
     answers_equivalent,
     expression_too_costly,
     extract_boxed,
@@ -30,10 +35,11 @@ from pettingllms_envs.math import (
     to_ascii,
 )
 from pettingllms_envs.math_data import (
-    MathProblem, generate_problems, split_of_id, split_of_question, write_problems_jsonl)
+    KINDS, MathProblem, generate_problems, split_of_id, split_of_question,
+    write_problems_jsonl)
 from pettingllms_envs.sandbox import SandboxLimits, SandboxResult
 from pettingllms_rllib.envs import (
-    TRAIN_SEED_LIMIT, ParseResult, check_clone_contract, check_text_env)
+    TRAIN_SEED_LIMIT, ParseResult, check_clone_contract, check_text_env, make_text_env)
 
 FAST = SandboxLimits(wall_time_s=2, cpu_time_s=2, memory_mb=256)
 HALF = MathProblem(id="half", question="What is 1 divided by 2?", answer="\\frac{1}{2}")
@@ -67,9 +73,19 @@ def _program(answer: str) -> str:
     return f"Let me compute it.\n```python\nprint({answer!r})\n```\n"
 
 
+VARIANT_FIELDS = {field.name for field in dataclasses.fields(MathVariant)}
+
+
+def _math(**kwargs) -> MathEnv:
+    """A MathEnv with the :class:`MathVariant` fields among ``kwargs`` gathered into one
+    variant: the tests below try each field alone, as no named variant does."""
+    fields = {name: kwargs.pop(name) for name in list(kwargs) if name in VARIANT_FIELDS}
+    return MathEnv(**kwargs, variant=MathVariant(**fields))
+
+
 def _env(problem: MathProblem = HALF, **kwargs) -> MathEnv:
     kwargs.setdefault("code_runner", _fake_python)
-    env = MathEnv(sandbox_limits=FAST, **kwargs)
+    env = _math(sandbox_limits=FAST, **kwargs)
     env.reset(seed=0, options={"problem": problem})
     return env
 
@@ -97,14 +113,14 @@ def test_clone_contract_with_answers_that_agree_and_disagree():
 
 
 def test_clone_contract_with_real_sandbox_runs():
-    env = MathEnv(sandbox_limits=FAST, max_turns=2, kinds=["arithmetic"])
+    env = MathEnv(sandbox_limits=FAST, max_turns=2, dataset={"kinds": ["arithmetic"]})
     check_clone_contract(env, seed=5, action_fn=_play, clone_after_steps=(1,))
 
 
 def test_clone_shares_the_loaded_problem_list_instead_of_copying_it(tmp_path):
     path = str(tmp_path / "set.jsonl")
     write_problems_jsonl(generate_problems(40, seed=0), path)
-    env = MathEnv(dataset=path, dataset_format="records", code_runner=_fake_python)
+    env = MathEnv(dataset={"source": path, "format": "records"}, code_runner=_fake_python)
     env.reset(seed=1)
     twin = env.clone()
     assert twin.problems is env.problems and twin.problem is env.problem
@@ -115,16 +131,20 @@ def test_clone_shares_the_loaded_problem_list_instead_of_copying_it(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [
-    {"difficulty": 0}, {"difficulty": 2.0}, {"kinds": []}, {"kinds": ["geometry"]},
-    {"max_turns": 0}, {"alpha": "1"}, {"invalid_action_penalty": float("nan")},
-    {"correct_reward": None}, {"wrong_reward": float("inf")}, {"test_fraction": 1.5},
-    {"test_fraction": -0.1}, {"sandbox_limits": "fast"}, {"sandbox_limits": {"bogus": 1}},
-    {"prompt_style": "tiny"}, {"code_runner": 3}, {"dataset": ""}, {"dataset": None},
-    {"dataset": "org/name"}, {"dataset": "org/name", "dataset_format": "gsm8k"},
-    {"dataset_format": "aime"}, {"problems": []}, {"problems": "abc"},
+    {"dataset": {"difficulty": 0}}, {"dataset": {"difficulty": 2.0}}, {"dataset": {"kinds": []}},
+    {"dataset": {"kinds": ["geometry"]}}, {"max_turns": 0}, {"alpha": "1"},
+    {"invalid_action_penalty": float("nan")}, {"correct_reward": None},
+    {"wrong_reward": float("inf")}, {"dataset": {"test_fraction": 1.5}},
+    {"dataset": {"test_fraction": -0.1}}, {"sandbox_limits": "fast"},
+    {"sandbox_limits": {"bogus": 1}}, {"variant": "tiny"}, {"variant": None},
+    {"code_runner": 3}, {"dataset": ""}, {"dataset": None}, {"dataset": {"source": ""}},
+    {"dataset": "org/name"}, {"dataset": {"source": "org/name"}},
+    {"dataset": {"source": "org/name", "format": "gsm8k"}}, {"dataset": {"format": "aime"}},
+    {"dataset": {"fmt": "aime"}}, {"problems": []}, {"problems": "abc"},
     {"problems": [{"question": "no id", "answer": "1"}]},
-    {"problems": [HALF], "dataset": "org/name", "dataset_format": "aime"},
-    {"hub_split": ""}, {"hub_config": 3},
+    {"problems": [HALF], "dataset": {"source": "org/name", "format": "aime"}},
+    {"dataset": {"source": "org/name", "format": "aime", "split": ""}},
+    {"dataset": {"source": "org/name", "format": "aime", "config": 3}},
 ])
 def test_constructor_validates_arguments(bad):
     with pytest.raises(ValueError):
@@ -134,8 +154,9 @@ def test_constructor_validates_arguments(bad):
 def test_defaults():
     env = MathEnv()
     assert env.workflow == [("reasoner", "tool")] and env.max_turns == 3 and env.alpha == 1.0
-    assert env.invalid_action_penalty == -1.0 and env.prompt_style == "full"
-    assert env.difficulty == 2 and env.problems is None and env.test_fraction == 0.5
+    assert env.invalid_action_penalty == -1.0 and env.variant == VARIANTS["paper"]
+    assert env.data == MathData() and env.data.difficulty == 2 and env.problems is None
+    assert env.data.test_fraction == 0.5 and env.data.kinds == KINDS
     assert env.sandbox_limits.wall_time_s == 3 and env.sandbox_limits.memory_mb == 256
 
 
@@ -162,7 +183,7 @@ def test_generated_instances_come_from_the_split_of_the_seed():
 def test_loaded_problems_are_split_by_id_and_test_seeds_walk_the_test_list():
     problems = [MathProblem(id=f"p{i}", question=f"What is {i} + {i}?", answer=str(2 * i))
                 for i in range(30)]
-    env = MathEnv(problems=problems, test_fraction=0.3)
+    env = MathEnv(problems=problems, dataset={"test_fraction": 0.3})
     test_ids = {p.id for p in problems if split_of_id(p.id, 0.3) == "test"}
     assert 0 < len(test_ids) < len(problems)
     seen = []
@@ -176,7 +197,7 @@ def test_loaded_problems_are_split_by_id_and_test_seeds_walk_the_test_list():
 
 
 def test_an_evaluation_only_dataset_has_no_training_seeds():
-    env = MathEnv(problems=[HALF], test_fraction=1.0)
+    env = MathEnv(problems=[HALF], dataset={"test_fraction": 1.0})
     env.reset(seed=TRAIN_SEED_LIMIT + 5)
     assert env.problem == HALF
     with pytest.raises(ValueError, match="no train problems"):
@@ -187,12 +208,12 @@ def test_dataset_argument_loads_a_local_file_once(tmp_path):
     path = str(tmp_path / "aime.jsonl")
     with open(path, "w") as handle:
         handle.write('{"id": "a1", "problem": "What is 6 * 7?", "answer": 42}\n{oops\n')
-    env = MathEnv(dataset=path, dataset_format="aime", test_fraction=0.0)
+    env = MathEnv(dataset={"source": path, "format": "aime", "test_fraction": 0.0})
     assert env.load_report.kept == 1 and env.load_report.skipped == 1
     obs, _ = env.reset(seed=3)
     assert "What is 6 * 7?" in obs["reasoner"] and env.problem.answer == "42"
     with pytest.raises(DatasetUnavailableError):
-        MathEnv(dataset=str(tmp_path / "missing.jsonl"), dataset_format="aime")
+        MathEnv(dataset={"source": str(tmp_path / "missing.jsonl"), "format": "aime"})
 
 
 def test_reset_plays_a_given_problem_dict():
@@ -516,7 +537,7 @@ def test_the_compact_tool_line_can_be_a_number_that_is_never_the_answer():
 
 def test_an_unknown_tool_example_is_refused_naming_the_accepted_ones():
     with pytest.raises(ValueError, match="tool_example='code'.*placeholder"):
-        MathEnv(tool_example="code")
+        MathVariant(tool_example="code")
 
 
 def test_non_ascii_problems_are_shown_in_ascii():
@@ -643,7 +664,7 @@ def test_sentence_format_scores_the_sentence_and_shows_a_placeholder_never_an_an
 
 
 def test_sentence_format_applies_to_the_single_agent_and_full_prompts():
-    env = MathEnv(code_runner=_fake_python, answer_format="sentence", single_agent=True)
+    env = _math(code_runner=_fake_python, answer_format="sentence", single_agent=True)
     obs, _ = env.reset(seed=4)
     assert SENTENCE_PLACEHOLDER in obs["reasoner"]
     assert env.roles["reasoner"].parse("The answer is 3.") == ParseResult(value="3")
@@ -651,7 +672,7 @@ def test_sentence_format_applies_to_the_single_agent_and_full_prompts():
 
 def test_unknown_answer_format_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="answer_format.*boxed.*sentence"):
-        MathEnv(answer_format="latex")
+        MathVariant(answer_format="latex")
 
 
 @pytest.mark.parametrize("text,states", [
@@ -661,3 +682,129 @@ def test_unknown_answer_format_is_refused_naming_the_choices():
     ("10 - 10 * 2 = 10 - 10*2", False)])
 def test_a_value_is_a_number_alone_or_after_the_last_equals_sign(text, states):
     assert states_a_value(text) is states
+
+
+# ------------------------------------------------------------------------------ named variants
+#: Each named variant as env configs spelled it before the names (the shipped configs' flags).
+OLD_SPELLINGS = {
+    "paper": {"prompt_style": "full"},
+    "compact_sentence": {"prompt_style": "compact", "answer_format": "sentence"},
+    "compact_sentence_number_example": {"prompt_style": "compact", "answer_format": "sentence",
+                                        "tool_example": "number"},
+}
+#: Answers that disagree, so every episode reaches its last turn and shows both answers.
+_DISAGREEING = {"reasoner": "So \\boxed{12345}.\n" + _program("54321"),
+                "tool": _program("54321")}
+
+
+def _shown(env: MathEnv, seed: int) -> list[dict[str, str]]:
+    """Everything the agents are shown in one episode: the prompts at reset and after each
+    step, and the format examples."""
+    observations, _ = env.reset(seed=seed)
+    shown = [{agent: str(text) for agent, text in observations.items()}, env.prompt_examples()]
+    while env.agents:
+        observations, *_ = env.step({agent: _DISAGREEING[agent] for agent in env.agents})
+        shown.append({agent: str(text) for agent, text in observations.items()})
+    return shown
+
+
+def test_every_shipped_variant_has_its_old_spelling():
+    assert set(OLD_SPELLINGS) == set(VARIANTS)
+
+
+@pytest.mark.parametrize("single_agent", [False, True], ids=["team", "alone"])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_named_variant_shows_exactly_the_prompts_of_its_old_flags(name, single_agent, caplog):
+    common = {"code_runner": _fake_python, "max_turns": 2, "single_agent": single_agent}
+    with caplog.at_level("WARNING", logger="pettingllms_envs.math"):
+        old = MathEnv(**common, **OLD_SPELLINGS[name])
+    assert f"this is variant={name!r}" in caplog.text
+    new = MathEnv(**common, variant=name)
+    assert old.variant == new.variant == VARIANTS[name]
+    for seed in (0, 7, TRAIN_SEED_LIMIT):
+        shown = _shown(new, seed)
+        assert shown == _shown(old, seed) and len(shown) == 4
+    assert new.roles["reasoner"].parse is old.roles["reasoner"].parse
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_named_variant_builds_from_its_name_and_passes_the_env_checks(name):
+    config = {"variant": name, "max_turns": 2, "code_runner": _fake_python}
+    assert make_text_env("math_v0", config).variant == VARIANTS[name]
+    check_text_env(lambda: make_text_env("math_v0", config), seeds=(0, 1))
+
+
+def test_an_unknown_variant_is_refused_listing_the_known_ones():
+    with pytest.raises(ValueError, match="unknown math variant 'compact'.*'compact_sentence'"):
+        make_text_env("math_v0", {"variant": "compact"})
+
+
+def test_an_env_config_from_before_the_names_loads_as_the_variant_its_flags_spell(caplog):
+    """An old checkpoint's env config: its flags are exactly one named variant, or refused."""
+    old = {"prompt_style": "compact", "answer_format": "sentence", "tool_example": "number"}
+    with caplog.at_level("WARNING", logger="pettingllms_envs.math"):
+        env = make_text_env("math_v0", old)
+    assert env.variant == VARIANTS["compact_sentence_number_example"]
+    assert "this is variant='compact_sentence_number_example'" in caplog.text
+    assert make_text_env("math_v0", {"tool_example": "placeholder"}).variant == VARIANTS["paper"]
+    with pytest.raises(ValueError, match="no shipped math variant .*'compact_sentence': "
+                                         "{'prompt_style': 'compact', 'answer_format'"):
+        make_text_env("math_v0", {"prompt_style": "compact"})  # the compact boxed pilot
+    with pytest.raises(ValueError, match="no shipped math variant \\(tool_example='number' "
+                                         "changes the compact prompt.*'paper'"):
+        make_text_env("math_v0", {"tool_example": "number"})
+    with pytest.raises(ValueError, match="exclude each other"):
+        make_text_env("math_v0", {"variant": "compact_sentence", "answer_format": "sentence"})
+    with pytest.raises(ValueError, match="unexpected keyword arguments \\['prompt_styles'\\]"):
+        make_text_env("math_v0", {"prompt_styles": "full"})
+
+
+# ------------------------------------------------------------------------------ data source
+def test_the_constructor_holds_the_setting_in_a_dozen_arguments():
+    """Issue 44: the prompt flags became one ``variant``, the data keywords one ``dataset``."""
+    parameters = inspect.signature(MathEnv).parameters
+    named = [name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert len(named) <= 12, named
+    retired = {"prompt_style", "answer_format", "tool_example", "dataset_format", "hub_split",
+               "hub_config", "test_fraction", "difficulty", "kinds"}
+    assert not retired & set(parameters)
+
+
+def test_old_flat_data_keywords_load_as_the_same_generated_source(caplog):
+    new = MathEnv(dataset={"source": "generated", "difficulty": 1, "kinds": ["arithmetic"]},
+                  code_runner=_fake_python)
+    assert new.data == MathData(difficulty=1, kinds=("arithmetic",))
+    with caplog.at_level("WARNING", logger="pettingllms_envs.math"):
+        old = MathEnv(dataset="generated", difficulty=1, kinds=["arithmetic"],
+                      code_runner=_fake_python)
+    assert old.data == new.data
+    assert ("this is dataset={'source': 'generated', 'difficulty': 1, "
+            "'kinds': ('arithmetic',)}") in caplog.text
+    for seed in (0, 5, TRAIN_SEED_LIMIT):
+        assert old.reset(seed=seed)[0] == new.reset(seed=seed)[0]
+    assert MathEnv(dataset=new.data).data is new.data
+
+
+def test_old_flat_data_keywords_load_as_the_same_loaded_source(tmp_path):
+    path = str(tmp_path / "set.jsonl")
+    write_problems_jsonl(generate_problems(30, seed=0), path)
+    old = MathEnv(dataset=path, dataset_format="records", test_fraction=0.3, hub_split="train")
+    new = MathEnv(dataset={"source": path, "format": "records", "test_fraction": 0.3})
+    assert old.data == new.data and old.problems == new.problems
+    assert old._splits == new._splits and 0 < len(new._splits["test"]) < 30
+
+
+def test_data_spellings_with_no_one_reading_are_refused_naming_the_new_one():
+    with pytest.raises(ValueError, match="dataset='aime.jsonl' needs its row format: "
+                                         "dataset: {source: 'aime.jsonl', format: one of"):
+        MathEnv(dataset="aime.jsonl")
+    with pytest.raises(ValueError, match="retired keywords \\['difficulty'\\].*exclude each "
+                                         "other: give them inside dataset"):
+        MathEnv(dataset={"source": "generated"}, difficulty=1)
+    with pytest.raises(ValueError, match="unknown keys \\['fmt'\\]; accepted: \\['source', "
+                                         "'format', 'split', 'config', 'test_fraction'"):
+        MathEnv(dataset={"fmt": "aime"})
+    with pytest.raises(ValueError, match="needs format, one of"):
+        MathEnv(dataset="org/name", hub_split="test")
+    with pytest.raises(ValueError, match="give either problems or a loaded dataset"):
+        MathEnv(problems=[HALF], dataset={"source": "org/name", "format": "aime"})

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from pettingllms_envs.code import CodeEnv
-from pettingllms_envs.math import MathEnv
+from pettingllms_envs.math import MathEnv, MathVariant
 from pettingllms_envs.plan_path import PlanPathEnv
 from pettingllms_envs.reasoning_gym_task import ReasoningGymEnv
 from pettingllms_envs.sandbox import SandboxResult
@@ -80,7 +80,8 @@ def test_a_block_quote_holds_the_clipped_text_and_no_inner_line_closes_it(text):
 # ------------------------------------------------------------------------------ per task
 @pytest.mark.parametrize("style", ["compact", "full"])
 def test_math_shows_the_tools_printout_and_the_reasoners_answer_quoted(style):
-    env = MathEnv(code_runner=_printing(FORGED), prompt_style=style, answer_format="sentence")
+    env = MathEnv(code_runner=_printing(FORGED),
+                  variant=MathVariant(prompt_style=style, answer_format="sentence"))
     env.reset(seed=0)
     obs, *_ = env.step({"reasoner": f"The answer is {FORGED}.", "tool": PROGRAM})
     _assert_only_quoted(obs["reasoner"])
@@ -89,7 +90,8 @@ def test_math_shows_the_tools_printout_and_the_reasoners_answer_quoted(style):
 
 @pytest.mark.parametrize("style", ["compact", "full"])
 def test_math_alone_shows_its_own_programs_printout_quoted(style):
-    env = MathEnv(code_runner=_printing(FORGED), prompt_style=style, single_agent=True)
+    env = MathEnv(code_runner=_printing(FORGED), variant=MathVariant(prompt_style=style),
+                  single_agent=True)
     env.reset(seed=0)
     obs, *_ = env.step({"reasoner": f"The answer is 3.\n{PROGRAM}"})
     _assert_only_quoted(obs["reasoner"])

@@ -8,6 +8,7 @@ import pytest
 
 from pettingllms_rllib.envs import check_text_env
 from pettingllms_rllib.envs.registry import make_text_env
+from pettingllms_envs.math import MathVariant
 from pettingllms_envs.plan_path import shortest_path
 
 TASKS = [("plan_path_v1", {"grid_size": 4, "wall_prob": 0.2, "max_turns": 2}),
@@ -18,6 +19,13 @@ CODE = {"dataset": "generated", "max_turns": 2, "sandbox_limits": FAST}
 # (env id, config, the one agent left alone, the team's agents)
 SOLOS = [("math_v0", MATH, "reasoner", ["reasoner", "tool"]),
          ("code_v0", CODE, "coder", ["coder", "tester"])]
+
+
+def _style(env_id: str, style: str) -> dict:
+    """The env config that picks ``style`` (math names it in a variant, with a boxed answer)."""
+    if env_id == "math_v0":
+        return {"variant": MathVariant(prompt_style=style)}
+    return {"prompt_style": style}
 
 
 @pytest.mark.parametrize("env_id,config", TASKS, ids=[t[0] for t in TASKS])
@@ -59,7 +67,7 @@ def test_single_agent_mode_has_only_one_agent_and_passes_the_conformance_suite(
 @pytest.mark.parametrize("style", ["full", "compact"])
 @pytest.mark.parametrize("env_id,config,agent,team_agents", SOLOS, ids=[s[0] for s in SOLOS])
 def test_the_prompt_says_the_agent_works_alone(env_id, config, agent, team_agents, style):
-    solo = make_text_env(env_id, {**config, "single_agent": True, "prompt_style": style})
+    solo = make_text_env(env_id, {**config, "single_agent": True, **_style(env_id, style)})
     observations, _ = solo.reset(seed=3)
     assert "You work alone" in observations[agent]
 
@@ -116,7 +124,7 @@ def test_math_a_boxed_answer_without_a_program_runs_to_max_turns_and_is_truncate
 
 @pytest.mark.parametrize("style", ["full", "compact"])
 def test_math_what_the_program_printed_appears_in_the_next_prompt(style):
-    env = _math(prompt_style=style)
+    env = _math(variant=MathVariant(prompt_style=style))
     observations, _, terminations, _, _ = env.step(
         {"reasoner": _boxed(env.problem.answer) + "\n" + _program("12345")})
     assert not terminations["reasoner"]  # the program disagrees with the box
