@@ -173,8 +173,15 @@ def restrict_spec(spec: MultiRLModuleSpec, module_ids: Collection[str]) -> Multi
 
 class PooledLearnerGroup(LearnerGroup):
     """A LearnerGroup made of one RLlib LearnerGroup per resource pool (see the module
-    docstring). It is a ``LearnerGroup`` so that RLlib's ``sync_weights`` and checkpointing
-    treat it as one; it builds its pools instead of learners of its own."""
+    docstring).
+
+    It is a ``LearnerGroup`` because RLlib dispatches on that type: ``EnvRunnerGroup.
+    sync_weights`` reads a learner group's state only from an ``isinstance(...,
+    LearnerGroup)`` source, and ``Algorithm`` checkpoints it as one. It does not run
+    ``LearnerGroup.__init__``, which would build learners holding every module; it builds its
+    pools instead, and answers itself every method through which RLlib's would reach those
+    learners (tests/algorithms/test_pooled_learner_group_surface.py checks this against the
+    pinned RLlib's source)."""
 
     def __init__(self, *, config, module_spec: MultiRLModuleSpec, pools: list[ResourcePool],
                  make_learner_group=LearnerGroup):
@@ -379,6 +386,24 @@ class PooledLearnerGroup(LearnerGroup):
     def foreach_learner_of_pool(self, name: str, func, **kwargs):
         """``func`` on the learners of one pool only."""
         return self.pools[name].foreach_learner(func, **kwargs)
+
+    def get_stats(self) -> dict[str, Any]:
+        """RLlib's learner-group stats, summed over the pools."""
+        stats = [pool.get_stats() for pool in self.pools.values()]
+        return {key: sum(part[key] for part in stats) for key in stats[0]} if stats else {}
+
+    def add_module(self, *, module_id, **kwargs):
+        """Refused: which pool a module trains in is fixed when the run is configured."""
+        raise NotImplementedError(
+            f"cannot add module {module_id!r} to a run with resource_pools "
+            f"{sorted(self.pool_specs)}: each module's pool is fixed by the config; add the "
+            "policy to the config and its pool's modules instead")
+
+    def remove_module(self, module_id, **kwargs):
+        """Refused, as :meth:`add_module`."""
+        raise NotImplementedError(
+            f"cannot remove module {module_id!r} from a run with resource_pools "
+            f"{sorted(self.pool_specs)}: each module's pool is fixed by the config")
 
     # ------------------------------------------------------------------ checkpoints
     def save_to_path(self, path=None, *, state=None, filesystem=None, use_msgpack=False) -> str:

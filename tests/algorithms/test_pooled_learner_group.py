@@ -1,10 +1,19 @@
 """``PooledLearnerGroup``'s routing, without Ray: each pool is built with only its modules and
 its own learner settings, receives only its modules' rows, and every pool carries the group's
-weights version; states merge and split by module. Stand-in learner groups record calls."""
+weights version; states merge and split by module. Stand-in learner groups record calls.
+And its surface: every LearnerGroup method that would reach the learners the pooled group never
+built is answered by the pooled group itself (read from the pinned RLlib's source, so a Ray
+upgrade that adds one fails here, naming it, not inside a pooled run)."""
 
+import ast
+import inspect
+import textwrap
 import threading
 
+import pytest
+
 import numpy as np
+from ray.rllib.core.learner.learner_group import LearnerGroup
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
@@ -47,6 +56,10 @@ class StandInGroup:
 
     def set_state(self, state):
         self.states_set.append(state)
+
+    def get_stats(self):
+        return {"learner_group_ts_dropped_lifetime": len(self.modules),
+                "actor_manager_num_outstanding_async_reqs": 1}
 
 
 def pooled() -> PooledLearnerGroup:
@@ -109,3 +122,39 @@ def test_a_request_for_one_modules_weights_asks_only_its_pool():
     assert group._asks_for_pool("fast", ["learner/rl_module/a"])
     assert not group._asks_for_pool("slow", ["learner/rl_module/a"])
     assert group._asks_for_pool("slow", None) and group._asks_for_pool("slow", "learner")
+
+
+def _self_attributes(function, context) -> set[str]:
+    """The ``self.<name>`` attributes ``function`` stores (context ast.Store) or reads (Load)."""
+    function = function.fget if isinstance(function, property) else function
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, context)
+            and isinstance(node.value, ast.Name) and node.value.id == "self"}
+
+
+def test_no_inherited_method_reaches_what_the_pooled_group_never_built():
+    never_built = (_self_attributes(LearnerGroup.__init__, ast.Store)
+                   - _self_attributes(PooledLearnerGroup.__init__, ast.Store))
+    assert {"_learner", "_workers"} <= never_built  # the learners live in the pools
+    unanswered = {
+        name: sorted(_self_attributes(member, ast.Load) & never_built)
+        for name, member in vars(LearnerGroup).items()
+        if not name.startswith("__") and name not in vars(PooledLearnerGroup)
+        and (inspect.isfunction(member) or isinstance(member, property))
+        and _self_attributes(member, ast.Load) & never_built}
+    assert not unanswered, ("LearnerGroup methods that would read what PooledLearnerGroup never "
+                            f"sets: {unanswered}; answer them in resource_pools.py")
+
+
+def test_stats_are_summed_over_the_pools():
+    assert pooled().get_stats() == {"learner_group_ts_dropped_lifetime": 3,
+                                    "actor_manager_num_outstanding_async_reqs": 2}
+
+
+def test_adding_or_removing_a_module_is_refused_naming_the_pools():
+    group = pooled()
+    with pytest.raises(NotImplementedError, match=r"resource_pools \['fast', 'slow'\]"):
+        group.add_module(module_id="d", module_spec=RLModuleSpec())
+    with pytest.raises(NotImplementedError, match="fixed by the config"):
+        group.remove_module("a")
