@@ -169,7 +169,8 @@ def test_every_key_named_in_the_docs_is_a_constant():
 # ------------------------------------------------------ (d) producers use the constants
 #: The modules that log or read result keys, relative to the package.
 USERS = ("algorithms/learner.py", "algorithms/at_grpo.py", "algorithms/held_out.py",
-         "algorithms/runner_recovery.py", "plotting.py", "progress.py", "cli.py",
+         "algorithms/runner_recovery.py", "algorithms/rollouts.py",
+         "algorithms/iteration_metrics.py", "plotting.py", "progress.py", "cli.py",
          "trial_results.py")
 # reporting.py is not checked: it reads eval.json records, whose ``summary`` keys are
 # ``evaluation.metrics.summarize``'s own schema (some of them, e.g. ``success_rate``, are

@@ -175,6 +175,12 @@ class ATGRPOConfig(AlgorithmConfig):
             return 0
         return 1 if self.max_staleness is None else int(self.max_staleness)
 
+    @property
+    def overlaps_sampling(self) -> bool:
+        """Whether sampling overlaps training: ``async_rollout`` with ``max_staleness >= 1``
+        (``max_staleness=0`` is the synchronous algorithm, exactly)."""
+        return bool(self.async_rollout) and self.effective_max_staleness > 0
+
     @override(AlgorithmConfig)
     def build_learner_group(self, *, env=None, spaces=None, rl_module_spec=None,
                             placement_group=None):
@@ -344,9 +350,10 @@ class ATGRPOConfig(AlgorithmConfig):
 
     # ------------------------------------------------------------------ Ray resources
     def resource_request(self) -> list[dict[str, float]]:
-        """The bundles a Tune trial of this config reserves (``ATGRPO.default_resource_request``:
-        main process, env runners, evaluation runners, learners or each pool's learners). It
-        validates the config first, so :meth:`validate` cannot call it."""
+        """The bundles a Tune trial of this config reserves (``ATGRPO.default_resource_request``,
+        that is RLlib's with ``resources.trial_bundles``: main process, env runners, evaluation
+        runners, learners or each pool's learners). It validates the config first, so
+        :meth:`validate` cannot call it."""
         from pettingllms_rllib.algorithms.at_grpo import ATGRPO
 
         return [dict(bundle) for bundle in ATGRPO.default_resource_request(self).bundles]

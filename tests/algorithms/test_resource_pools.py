@@ -83,6 +83,10 @@ def test_the_staleness_bound_in_force():
     assert config().effective_max_staleness == 0
     assert config().training(async_rollout=True).effective_max_staleness == 1
     assert config().training(async_rollout=True, max_staleness=0).effective_max_staleness == 0
+    # sampling overlaps training only with a bound above 0: max_staleness=0 is synchronous
+    assert config().training(async_rollout=True).overlaps_sampling
+    assert not config().overlaps_sampling
+    assert not config().training(async_rollout=True, max_staleness=0).overlaps_sampling
 
 
 def test_parse_and_assign_are_pure():

@@ -97,7 +97,7 @@ def test_vllm_runner_serves_the_learners_weights_after_every_iteration(mapping, 
                        for mid in module_ids)
             versions = runner_call(algo, lambda r: {m: e.weights_version
                                                     for m, e in r.engine.engines.items()})
-            assert set(versions.values()) == {algo._synced_weights_version} and min(
+            assert set(versions.values()) == {algo.rollouts.synced_version} and min(
                 versions.values()) > 0
             scores = {}
             for mid in module_ids:
