@@ -302,3 +302,6 @@ class ATGRPO(Algorithm):
         results[HELD_OUT_SUCCESS] = (eval_results or {}).get(
             EVALUATION_RESULTS, {}).get(EVALUATION_SUCCESS_RATE, float("nan"))
         return results
+
+
+ATGRPOConfig.default_algo_class = ATGRPO  # what ATGRPOConfig() builds (see its docstring)

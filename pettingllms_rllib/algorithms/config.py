@@ -83,14 +83,20 @@ class ATGRPOConfig(AlgorithmConfig):
         algo.train()
     """
 
+    #: The algorithm a config builds unless told another: ``ATGRPO``, set by at_grpo.py where
+    #: it defines it. RLlib keeps a config and its algorithm in one module (PPOConfig beside
+    #: PPO); here they are two, and the algorithm imports its config, so the config learns its
+    #: algorithm this way instead of importing it back. The package's ``__init__`` imports
+    #: at_grpo, so it is set before any config can be made.
+    default_algo_class: type | None = None
+
     def __init__(self, algo_class=None):
-        from pettingllms_rllib.algorithms.at_grpo import ATGRPO
         from pettingllms_rllib.algorithms.env_runner import LLMEnvRunner
         from pettingllms_rllib.quiet import silence_known_noise
 
         silence_known_noise()  # before RLlib validates: its "new API stack" warning (quiet.py)
 
-        super().__init__(algo_class=algo_class or ATGRPO)
+        super().__init__(algo_class=algo_class or type(self).default_algo_class)
         # --- .llm(), .training(), .resource_pools(): declared once, in config_fields.KNOBS
         for knob in KNOBS:
             setattr(self, knob.stored_as, copy.deepcopy(knob.default))
@@ -354,9 +360,7 @@ class ATGRPOConfig(AlgorithmConfig):
         that is RLlib's with ``resources.trial_bundles``: main process, env runners, evaluation
         runners, learners or each pool's learners). It validates the config first, so
         :meth:`validate` cannot call it."""
-        from pettingllms_rllib.algorithms.at_grpo import ATGRPO
-
-        return [dict(bundle) for bundle in ATGRPO.default_resource_request(self).bundles]
+        return [dict(bundle) for bundle in self.algo_class.default_resource_request(self).bundles]
 
     def _resource_settings(self, resource: str) -> str:
         """The settings that ask for CPUs or GPUs, with their values, for the error message."""
