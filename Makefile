@@ -68,18 +68,18 @@ sandbox-tools:
 # beside the slowest 25 printed, so a slow test can be found after the run.
 test: install sandbox-tools
 	@mkdir -p $(OUTPUT)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not cluster" \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 -m "not cluster" \
 		--junit-xml=$(OUTPUT)/test_report.xml
 
 # The runs with several Ray processes each (fault injection, resource pools, asynchronous
 # training, several learners): minutes of Ray start-ups, kept out of `make test`; CI runs both.
 test-cluster: install
 	@mkdir -p $(OUTPUT)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 -m cluster \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 -m cluster \
 		--junit-xml=$(OUTPUT)/test_report_cluster.xml
 
 test-fast: install sandbox-tools
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not integration and not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration and not slow"
 
 bench: install
 	$(PY) bench/engine_throughput.py

@@ -438,6 +438,46 @@ def check_code_runner(runner: Any) -> CodeRunner | None:
 EXAMPLE_MOVES = ("R D", "D R", "L U", "U L", "R R", "D D", "L L", "U U")
 
 
+def named_variant(variant: Any, retired_flags: Mapping[str, Any] | None, *,
+                  variants: Mapping[str, Any], env_name: str, env_class: str, env_id: str,
+                  log: logging.Logger):
+    """A task's named prompt variant (``variant:`` in its env config; ``variants`` maps the
+    shipped names to instances of one frozen dataclass, whose fields are the prompt flags
+    env configs set before the names). An instance of that class is taken as given (an
+    experiment in Python). An env config written before the names (an old checkpoint) passes
+    its flags as ``retired_flags`` with the default ``variant="paper"``: it loads as the
+    variant they spell exactly (logged); any other combination is refused, naming the
+    variants and what each sets."""
+    variant_type = type(variants["paper"])
+    if isinstance(variant, variant_type) and not retired_flags:
+        return variant
+    if not isinstance(variant, variant_type) and (not isinstance(variant, str)
+                                                  or variant not in variants):
+        raise ValueError(f"unknown {env_name} variant {variant!r}; known: {list(variants)}")
+    if not retired_flags:
+        return variants[variant]
+    unknown = sorted(set(retired_flags) - {f.name for f in dataclasses.fields(variant_type)})
+    if unknown:
+        raise TypeError(f"{env_class} got unexpected keyword arguments {unknown}")
+    if variant != "paper":
+        raise ValueError(f"variant={variant!r} and the retired prompt flags "
+                         f"{sorted(retired_flags)} exclude each other: give the variant only")
+    try:
+        spelled, why = variant_type(**retired_flags), ""
+    except ValueError as exc:  # not even a valid combination: say why, then what is shipped
+        spelled, why = None, f"{exc}; "
+    for name, known in variants.items():
+        if known == spelled:
+            log.warning("%s prompt flags %s are retired: this is variant=%r", env_name,
+                        sorted(retired_flags), name)
+            return known
+    default = variant_type()
+    described = {name: {f: v for f, v in dataclasses.asdict(known).items()
+                        if v != getattr(default, f)} for name, known in variants.items()}
+    raise ValueError(f"the prompt flags {dict(retired_flags)} are no shipped {env_name} variant "
+                     f"({why}the flags were retired; {env_id} takes variant=one of {described})")
+
+
 def move_examples(moves: Sequence[str] = EXAMPLE_MOVES) -> list[tuple[str, str]]:
     """(printed, planner line) pairs for :meth:`ToolPlannerEnv._example_candidates`."""
     return [(m, f"Moves: {m}") for m in moves]

@@ -40,7 +40,8 @@ from math_verify import verify as mv_verify
 from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
-    extract_python_code, failure_headline, quote_inline, run_tool_program, tool_role)
+    extract_python_code, failure_headline, named_variant, quote_inline, run_tool_program,
+    tool_role)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -445,35 +446,10 @@ RETIRED_FLAGS = frozenset(field.name for field in dataclasses.fields(MathVariant
 
 def math_variant(variant: str | MathVariant,
                  retired_flags: Mapping[str, Any] | None = None) -> MathVariant:
-    """The named variant (a :class:`MathVariant` itself is taken as given: an experiment in
-    Python), or, for an env config written before the names (an old checkpoint), the variant
-    its flags spell exactly (logged); any other combination is refused, naming the variants
-    and what each sets."""
-    if not isinstance(variant, MathVariant) and (not isinstance(variant, str)
-                                                 or variant not in VARIANTS):
-        raise ValueError(f"unknown math variant {variant!r}; known: {list(VARIANTS)}")
-    if not retired_flags:
-        return variant if isinstance(variant, MathVariant) else VARIANTS[variant]
-    unknown = sorted(set(retired_flags) - RETIRED_FLAGS)
-    if unknown:
-        raise TypeError(f"MathEnv got unexpected keyword arguments {unknown}")
-    if variant != "paper":
-        raise ValueError(f"variant={variant!r} and the retired prompt flags "
-                         f"{sorted(retired_flags)} exclude each other: give the variant only")
-    try:
-        spelled, why = MathVariant(**retired_flags), ""
-    except ValueError as exc:  # not even a valid combination: say why, then what is shipped
-        spelled, why = None, f"{exc}; "
-    for name, known in VARIANTS.items():
-        if known == spelled:
-            logger.warning("math prompt flags %s are retired: this is variant=%r",
-                           sorted(retired_flags), name)
-            return known
-    described = {name: {f: v for f, v in dataclasses.asdict(known).items()
-                        if v != getattr(MathVariant(), f)} for name, known in VARIANTS.items()}
-    raise ValueError(f"the prompt flags {dict(retired_flags)} are no shipped math variant "
-                     f"({why}the flags were retired; math_v0 takes variant=one of "
-                     f"{described})")
+    """The named variant, or the one an old env config's prompt flags spell exactly
+    (:func:`~pettingllms_envs.common.named_variant`)."""
+    return named_variant(variant, retired_flags, variants=VARIANTS, env_name="math",
+                         env_class="MathEnv", env_id="math_v0", log=logger)
 
 
 # ------------------------------------------------------------------------------ data source

@@ -24,7 +24,7 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, check_float, check_int, check_prompt_style, clip_text, hash_split,
-    move_examples, planner_role, tool_role)
+    move_examples, named_variant, planner_role, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -270,32 +270,10 @@ RETIRED_FLAGS = frozenset(field.name for field in dataclasses.fields(PlanPathVar
 
 def plan_path_variant(variant: str | PlanPathVariant,
                       retired_flags: Mapping[str, Any] | None = None) -> PlanPathVariant:
-    """The named variant (a :class:`PlanPathVariant` itself is taken as given: an experiment
-    in Python), or, for an env config written before the names (an old checkpoint), the
-    variant its flags spell exactly (logged); any other combination is refused, naming the
-    variants and what each sets."""
-    if isinstance(variant, PlanPathVariant) and not retired_flags:
-        return variant
-    if not isinstance(variant, str) or variant not in VARIANTS:
-        raise ValueError(f"unknown Plan-Path variant {variant!r}; known: {list(VARIANTS)}")
-    if not retired_flags:
-        return VARIANTS[variant]
-    unknown = sorted(set(retired_flags) - RETIRED_FLAGS)
-    if unknown:
-        raise TypeError(f"PlanPathEnv got unexpected keyword arguments {unknown}")
-    if variant != "paper":
-        raise ValueError(f"variant={variant!r} and the retired prompt flags "
-                         f"{sorted(retired_flags)} exclude each other: give the variant only")
-    spelled = PlanPathVariant(**retired_flags)
-    for name, known in VARIANTS.items():
-        if known == spelled:
-            logger.warning("Plan-Path prompt flags %s are retired: this is variant=%r",
-                           sorted(retired_flags), name)
-            return known
-    described = {name: {f: v for f, v in dataclasses.asdict(known).items()
-                        if v != getattr(PlanPathVariant(), f)} for name, known in VARIANTS.items()}
-    raise ValueError(f"the prompt flags {dict(retired_flags)} are no shipped Plan-Path variant "
-                     f"(the flags were retired; plan_path_v1 takes variant=one of {described})")
+    """The named variant, or the one an old env config's prompt flags spell exactly
+    (:func:`~pettingllms_envs.common.named_variant`)."""
+    return named_variant(variant, retired_flags, variants=VARIANTS, env_name="Plan-Path",
+                         env_class="PlanPathEnv", env_id="plan_path_v1", log=logger)
 
 
 # ------------------------------------------------------------------------------ scoring
