@@ -56,3 +56,30 @@ def test_the_conformance_snippet_checks_an_env():
         from pettingllms_envs.plan_path import PlanPathEnv as MyEnv
     """)
     exec(compile(setup + snippet, "README.md", "exec"), {})
+
+
+def _prose_paragraphs(text: str) -> list[tuple[int, list[str]]]:
+    """(first line number, lines) of every prose paragraph: runs of text lines outside code
+    fences that are not headings, table rows or list items (a list item ends one)."""
+    paragraphs, current, fenced = [], [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        prose = (not fenced and not line.startswith(("```", "#", "|", "- ", "  ", "* "))
+                 and not re.match(r"\d+\. ", line) and line.strip())
+        if prose:
+            current.append((number, line))
+        elif current:
+            paragraphs.append((current[0][0], [text for _, text in current]))
+            current = []
+    if current:
+        paragraphs.append((current[0][0], [text for _, text in current]))
+    return paragraphs
+
+
+def test_no_readme_paragraph_is_longer_than_six_lines():
+    assert _prose_paragraphs("a\nb\n\n```\nx\ny\n```\n- item\n  more\nc\n") == [
+        (1, ["a", "b"]), (10, ["c"])]
+    long = {start: len(lines) for start, lines in _prose_paragraphs(README.read_text())
+            if len(lines) > 6}
+    assert not long, f"README paragraphs over 6 lines (first line: length): {long}"
