@@ -13,8 +13,9 @@ OUTPUT ?= runs
 # pytest-xdist workers for `make test`: the suite runs single-threaded (OMP_NUM_THREADS=1),
 # so one worker per core about halves its time on 2 cores (full suite here: 30 min in one
 # process on 2026-12-03, 14 min 49 s in two the next run; not a controlled benchmark). On an
-# idle machine here, 2026-12-07: `make test` 9 min 48 s (1,142 s of tests on two workers, the
-# unprivileged sandbox suites included), `make test-cluster` 4 min 15 s.
+# idle machine here, 2026-12-07: `make test` 9 min 48 s and 10 min 7 s in two runs (1,142 and
+# 1,178 s of tests on two workers, the unprivileged sandbox suites included), `make
+# test-cluster` 3 min 43 s.
 TEST_WORKERS ?= 2
 
 .PHONY: install sandbox-tools train test test-cluster test-fast test-vllm bench
