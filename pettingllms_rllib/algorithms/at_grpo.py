@@ -82,9 +82,9 @@ class ATGRPO(Algorithm):
         a driver-local runner's GPU, each resource pool's learners)."""
         from ray.tune import PlacementGroupFactory
 
-        factory = super().default_resource_request(config)
-        if isinstance(config, dict):
+        if isinstance(config, dict):  # as RLlib's own accepts it; converted once, for both
             config = cls.get_default_config().update_from_dict(config)
+        factory = super().default_resource_request(config)
         return PlacementGroupFactory(bundles=trial_bundles(config, factory.bundles),
                                      strategy=factory.strategy)
 
