@@ -403,17 +403,22 @@ def load_tokenizer(spec: ModelSpec | str | Mapping[str, Any] | None = None):
     return tokenizer
 
 
-def tiny_random_config(tokenizer, overrides: Mapping[str, Any] | None = None):
-    """The LlamaConfig of the tiny random model, sized to the tokenizer's vocabulary."""
+@functools.lru_cache(maxsize=1)
+def _tiny_random_vocabulary() -> dict[str, int | None]:
+    """The vocabulary size and special token ids of the tiny random model's tokenizer (the
+    bundled model's), read once per process: a tokenizer load takes about 0.25 s, and one
+    run's validation, memory preflight and module builds each need these four numbers."""
+    tokenizer = load_tokenizer(TINY_RANDOM_NAME)
+    return {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+
+
+def tiny_random_config(overrides: Mapping[str, Any] | None = None):
+    """The LlamaConfig of the tiny random model, sized to its tokenizer's vocabulary."""
     from transformers import LlamaConfig
 
     fields = dict(DEFAULT_TINY_CONFIG)
-    fields.update({
-        "vocab_size": len(tokenizer),
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    })
+    fields.update(_tiny_random_vocabulary())
     fields.update(overrides or {})
     return LlamaConfig(**fields)
 
@@ -421,7 +426,7 @@ def tiny_random_config(tokenizer, overrides: Mapping[str, Any] | None = None):
 def _build_tiny_random(spec: ModelSpec):
     from transformers import LlamaForCausalLM
 
-    config = tiny_random_config(load_tokenizer(spec), spec.tiny_config)
+    config = tiny_random_config(spec.tiny_config)
     # fork_rng: seed only this construction, leaving the caller's global RNG stream untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)

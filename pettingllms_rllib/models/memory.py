@@ -135,7 +135,7 @@ def model_config(spec):
 
     spec = loading.ModelSpec.coerce(spec)
     if spec.name_or_path == loading.TINY_RANDOM_NAME:
-        return loading.tiny_random_config(loading.load_tokenizer(spec), spec.tiny_config)
+        return loading.tiny_random_config(spec.tiny_config)
     path = loading.resolve_model_path(spec.name_or_path)
     if Path(path).is_dir():
         return AutoConfig.from_pretrained(path)
