@@ -55,7 +55,7 @@ def _local_resources(args: argparse.Namespace) -> dict | None:
     """What one trial must fit in: the local Ray this command starts (``--num-cpus`` or the
     machine's CPUs, the machine's GPUs); None joining a cluster (``--address``): checked once
     connected (:func:`_cluster_problems`)."""
-    from pettingllms_rllib.algorithms.config import machine_resources
+    from pettingllms_rllib.algorithms.resources import machine_resources
 
     if args.address:
         return None
@@ -80,10 +80,12 @@ def _cluster_problems(experiment) -> list[str]:
     """Each trial config's resources against the Ray cluster this command joined."""
     import ray
 
+    from pettingllms_rllib.algorithms.resources import resource_problems
+
     available = dict(ray.cluster_resources())
     problems = []
     for config in experiment.configs:
-        problems += config.resource_problems(available, "the Ray cluster")
+        problems += resource_problems(config, available, "the Ray cluster")
     return sorted(set(problems))
 
 

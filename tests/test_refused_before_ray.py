@@ -33,7 +33,7 @@ def ray_never_starts(monkeypatch):
 @pytest.fixture
 def two_cpus(monkeypatch):
     """This machine, as the CLI sees it: 2 CPUs and no GPU (whatever the test host has)."""
-    monkeypatch.setattr("pettingllms_rllib.algorithms.config.machine_resources",
+    monkeypatch.setattr("pettingllms_rllib.algorithms.resources.machine_resources",
                         lambda: {"CPU": 2.0, "GPU": 0.0}, raising=False)
 
 
@@ -231,7 +231,7 @@ def test_a_local_pools_resources_count_in_the_trial(tmp_path, caplog, two_cpus):
 def test_local_pools_gpus_add_up_in_the_main_process(tmp_path, caplog, monkeypatch):
     """Two ``num_learners: 0`` pools with a GPU each ask the trial's main process for both
     GPUs: on a one-GPU machine Ray would wait forever."""
-    monkeypatch.setattr("pettingllms_rllib.algorithms.config.machine_resources",
+    monkeypatch.setattr("pettingllms_rllib.algorithms.resources.machine_resources",
                         lambda: {"CPU": 2.0, "GPU": 1.0}, raising=False)
     log = refused(tmp_path, caplog, "--set", "resource_pools.pools={"
                   "tool_pool: {modules: [tool], num_learners: 0, num_gpus_per_learner: 1}, "

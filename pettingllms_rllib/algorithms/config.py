@@ -48,24 +48,6 @@ _RLLIB_TRAINING_KEYS = frozenset(inspect.signature(AlgorithmConfig.training).par
 GRID_KEY = "__grid__"
 
 
-def machine_resources() -> dict[str, float]:
-    """The CPUs and GPUs a local Ray started on this machine would have (Ray's own CPU count,
-    which honours container limits; CUDA's visible devices)."""
-    import os
-
-    import torch
-
-    try:
-        from ray._private.utils import get_num_cpus
-
-        cpus = float(get_num_cpus())
-    except Exception:  # a Ray without the helper: the OS's count
-        cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                     else os.cpu_count() or 1)
-    gpus = float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
-    return {"CPU": cpus, "GPU": gpus}
-
-
 class ATGRPOConfig(AlgorithmConfig):
     """Configuration of :class:`~pettingllms_rllib.algorithms.at_grpo.ATGRPO`.
 
@@ -362,54 +344,14 @@ class ATGRPOConfig(AlgorithmConfig):
         :meth:`validate` cannot call it."""
         return [dict(bundle) for bundle in self.algo_class.default_resource_request(self).bundles]
 
-    def _resource_settings(self, resource: str) -> str:
-        """The settings that ask for CPUs or GPUs, with their values, for the error message."""
-        word = "cpus" if resource == "CPU" else "gpus"
-        parts = [f"env_runners.num_env_runners={self.num_env_runners} x "
-                 f"env_runners.num_{word}_per_env_runner="
-                 f"{getattr(self, f'num_{word}_per_env_runner')}"]
-        if resource == "CPU":
-            parts.insert(0, f"resources.num_cpus_for_main_process="
-                            f"{self.num_cpus_for_main_process}")
-        if self.evaluation_num_env_runners:
-            parts.append(f"evaluation.evaluation_num_env_runners="
-                         f"{self.evaluation_num_env_runners}")
-        pools = self.parsed_resource_pools
-        if pools is None:
-            parts.append(f"learners.num_learners={self.num_learners} x "
-                         f"learners.num_{word}_per_learner="
-                         f"{getattr(self, f'num_{word}_per_learner')}")
-        else:
-            parts += [f"resource_pools.pools.{pool.name}: num_learners={pool.num_learners} x "
-                      f"num_{word}_per_learner={getattr(pool, f'num_{word}_per_learner')}"
-                      for pool in pools]
-        return ", ".join(parts)
-
-    def resource_problems(self, available: dict[str, float], where: str) -> list[str]:
-        """Why a Tune trial of this config could never start on ``available`` (``{"CPU": n,
-        "GPU": m}``; Ray would wait for the placement group forever), one message per
-        resource naming the settings that ask for it; [] when it fits."""
-        request = self.resource_request()
-        remedies = {"CPU": "fewer runners or learners, fractional num_cpus_per_*, --num-cpus "
-                           "for a local Ray, or --address for a cluster that has them",
-                    "GPU": "no GPU settings on a machine without GPUs, fractional "
-                           "num_gpus_per_*, or --address for a cluster that has them"}
-        problems = []
-        for resource in ("CPU", "GPU"):
-            needed = sum(float(bundle.get(resource, 0)) for bundle in request)
-            have = float(available.get(resource, 0) or 0)
-            if needed > have + 1e-9:
-                problems.append(
-                    f"a trial asks for {needed:g} {resource}(s) in all ({len(request)} Ray "
-                    f"bundle(s): {self._resource_settings(resource)}) but {where} has "
-                    f"{have:g}; accepted: at most {have:g} in all ({remedies[resource]})")
-        return problems
-
     def check_resources(self, available: dict[str, float] | None = None,
                         where: str | None = None) -> None:
         """Refuse, before Ray starts, a config whose trial asks for more CPUs or GPUs than
         ``available`` (None: the running Ray cluster's totals where Ray is initialised, else
-        this machine's, :func:`machine_resources`). Raises ValueError naming the settings."""
+        this machine's, :func:`~pettingllms_rllib.algorithms.resources.machine_resources`).
+        Raises ValueError naming the settings."""
+        from pettingllms_rllib.algorithms.resources import machine_resources, resource_problems
+
         if available is None:
             import ray
 
@@ -417,7 +359,7 @@ class ATGRPOConfig(AlgorithmConfig):
                 available, where = dict(ray.cluster_resources()), where or "the Ray cluster"
             else:
                 available, where = machine_resources(), where or "this machine"
-        problems = self.resource_problems(available, where or "the Ray cluster")
+        problems = resource_problems(self, available, where or "the Ray cluster")
         if problems:
             self._value_error("; ".join(problems))
 
@@ -449,15 +391,6 @@ class ATGRPOConfig(AlgorithmConfig):
         """Modules every learner builds: one per policy (RLlib builds each one, mapped or not,
         frozen or not)."""
         return max(1, len(self.policies or {}))
-
-    def check_learner_memory(self, shape, available_bytes: int, *, what: str,
-                             device: str = "GPU", hint: str) -> None:
-        """The one learner memory preflight (``models/preflight.py``), run by ``validate``
-        before Ray starts and by each GPU learner on its own device."""
-        from pettingllms_rllib.models import preflight
-
-        preflight.check_learner_memory(self, shape, available_bytes, what=what, device=device,
-                                       hint=hint)
 
     @property
     def lora_kwargs(self) -> dict[str, Any] | None:

@@ -205,7 +205,7 @@ class ATGRPOTorchLearner(TorchLearner):
         the estimate in the error instead of an out-of-memory crash mid-run."""
         from ray.rllib.utils.framework import get_device
 
-        from pettingllms_rllib.models import memory
+        from pettingllms_rllib.models import memory, preflight
 
         device = get_device(self.config, self.config.num_gpus_per_learner)
         if device.type != "cuda":
@@ -217,8 +217,8 @@ class ATGRPOTorchLearner(TorchLearner):
         if shape is None:
             return
         total = memory.available_gpu_bytes(device.index or 0)
-        self.config.check_learner_memory(
-            shape, int(total * min(1.0, float(self.config.num_gpus_per_learner))),
+        preflight.check_learner_memory(
+            self.config, shape, int(total * min(1.0, float(self.config.num_gpus_per_learner))),
             what=f"learner on {device}", hint="see docs/gpu.md")
 
     @override(TorchLearner)
