@@ -24,7 +24,8 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, check_float, check_int, check_prompt_style, clip_text, hash_split,
-    move_examples, named_variant, planner_role, tool_role)
+    move_examples, moved_reward_keywords, named_variant, planner_role, reward_coefficients,
+    tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -397,8 +398,9 @@ class PlanPathEnv(MoveListEnv):
             (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
             installed packages its programs may import besides the standard library;
             ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
-        step_cost (0.05), invalid_move_penalty (0.2), shaping_coef (0.1), goal_bonus (1.0),
-            optimal_bonus (0.5): reward coefficients, all >= 0.
+        rewards: the reward coefficients, a mapping of some of :class:`RewardConfig`'s fields
+            (step_cost 0.05, invalid_move_penalty 0.2, shaping_coef 0.1, goal_bonus 1.0,
+            optimal_bonus 0.5; all >= 0), e.g. ``{goal_bonus: 2.0}``.
         variant: the named prompt setting, one of :data:`VARIANTS` ("paper": the paper-style
             full prompt; "compact"; "one_move", "prefill", "tool_offsets", "tool_helper": the
             CPU settings of docs/tasks.md); what each shows is :class:`PlanPathVariant`.
@@ -421,8 +423,7 @@ class PlanPathEnv(MoveListEnv):
                  max_moves_per_turn: int | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None,
-                 step_cost: float = 0.05, invalid_move_penalty: float = 0.2,
-                 shaping_coef: float = 0.1, goal_bonus: float = 1.0, optimal_bonus: float = 0.5,
+                 rewards: RewardConfig | Mapping[str, float] | None = None,
                  code_runner: CodeRunner | None = None,
                  variant: str | PlanPathVariant = "paper",
                  single_agent: bool = False, test_fraction: float = 0.2, **retired_flags: Any):
@@ -430,6 +431,9 @@ class PlanPathEnv(MoveListEnv):
         self.test_fraction: float | None = check_float("test_fraction", test_fraction)
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        self.reward_config = reward_coefficients(  # before the variant: it takes the rest
+            RewardConfig, rewards, moved_reward_keywords(RewardConfig, retired_flags),
+            env_class=type(self).__name__, log=logger)
         #: What the prompts show (:class:`PlanPathVariant`), read by the hooks below.
         self.variant = plan_path_variant(variant, retired_flags)
         #: The moves the tool's program printed this turn (None: no usable output yet).
@@ -437,11 +441,6 @@ class PlanPathEnv(MoveListEnv):
         self.wall_prob = check_float("wall_prob", wall_prob)
         if not 0.0 <= self.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {wall_prob!r}")
-        self.reward_config = RewardConfig(**{
-            name: check_float(name, value, non_negative=True) for name, value in (
-                ("step_cost", step_cost), ("invalid_move_penalty", invalid_move_penalty),
-                ("shaping_coef", shaping_coef), ("goal_bonus", goal_bonus),
-                ("optimal_bonus", optimal_bonus))})
         super().__init__(
             alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
             max_moves_per_turn=4 * self.grid_size if max_moves_per_turn is None

@@ -17,15 +17,19 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import logging
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_float, check_int, move_examples, planner_role, tool_role)
+    CodeRunner, check_int, move_examples, moved_reward_keywords, planner_role,
+    reward_coefficients, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
+
+logger = logging.getLogger(__name__)
 
 #: Packages a program of this task may never import (``sandbox: {packages: ...}`` naming one
 #: is refused at start): its generator is the project's own (always refused).
@@ -442,9 +446,10 @@ class SokobanEnv(MoveListEnv):
             (``unshare`` chooses the weaker one explicitly; see docs/sandbox.md) and the
             installed packages its programs may import besides the standard library;
             ``SANDBOX_DATA_PACKAGES`` and the project are refused at construction.
-        step_cost (0.1), invalid_move_penalty (0.5), box_on_goal_bonus (1.0),
-            box_off_goal_penalty (1.0), shaping_coef (0.2), solve_bonus (10.0): reward
-            coefficients, all >= 0 (magnitudes; the signs are fixed as above).
+        rewards: the reward coefficients, a mapping of some of :class:`RewardConfig`'s fields
+            (step_cost 0.1, invalid_move_penalty 0.5, box_on_goal_bonus 1.0,
+            box_off_goal_penalty 1.0, shaping_coef 0.2, solve_bonus 10.0; all >= 0:
+            magnitudes, the signs are fixed as above), e.g. ``{solve_bonus: 5.0}``.
         prompt_style: "full" (paper-style prompt with legend, rules, positions, turn and move
             history) or "compact" (a few lines: map, legend, answer format), for very small
             models.
@@ -467,11 +472,10 @@ class SokobanEnv(MoveListEnv):
                  invalid_action_penalty: float = -1.0, max_moves_per_turn: int | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None,
-                 step_cost: float = 0.1, invalid_move_penalty: float = 0.5,
-                 box_on_goal_bonus: float = 1.0, box_off_goal_penalty: float = 1.0,
-                 shaping_coef: float = 0.2, solve_bonus: float = 10.0,
+                 rewards: RewardConfig | Mapping[str, float] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
-                 single_agent: bool = False, prefill_answers: bool = False):
+                 single_agent: bool = False, prefill_answers: bool = False,
+                 **moved_keywords: Any):
         self.room_size = check_int("room_size", room_size, minimum=MIN_ROOM_SIZE)
         self.num_boxes = check_int("num_boxes", num_boxes, minimum=1)
         most = (self.room_size - 2) ** 2 // 5
@@ -482,12 +486,11 @@ class SokobanEnv(MoveListEnv):
             "reverse_pulls",
             self.num_boxes * self.room_size if reverse_pulls is None else reverse_pulls,
             minimum=self.num_boxes)
-        self.reward_config = RewardConfig(**{
-            name: check_float(name, value, non_negative=True) for name, value in (
-                ("step_cost", step_cost), ("invalid_move_penalty", invalid_move_penalty),
-                ("box_on_goal_bonus", box_on_goal_bonus),
-                ("box_off_goal_penalty", box_off_goal_penalty),
-                ("shaping_coef", shaping_coef), ("solve_bonus", solve_bonus))})
+        moved = moved_reward_keywords(RewardConfig, moved_keywords)
+        if moved_keywords:
+            raise TypeError(f"SokobanEnv got unexpected keyword arguments {sorted(moved_keywords)}")
+        self.reward_config = reward_coefficients(RewardConfig, rewards, moved,
+                                                 env_class="SokobanEnv", log=logger)
         super().__init__(
             alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
             max_moves_per_turn=8 * self.room_size if max_moves_per_turn is None

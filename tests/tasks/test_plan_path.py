@@ -83,14 +83,34 @@ def test_registered_id_builds_the_env_and_rejects_bad_config():
     {"test_fraction": 0.0}, {"test_fraction": 1.0}, {"test_fraction": "half"},
     {"test_fraction": None},
     {"grid_size": 1}, {"grid_size": 2.5}, {"grid_size": True}, {"wall_prob": 1.0},
-    {"wall_prob": -0.1}, {"max_turns": 0}, {"max_moves_per_turn": 0}, {"step_cost": -0.1},
-    {"goal_bonus": float("nan")}, {"alpha": "1"}, {"sandbox_limits": "fast"},
+    {"wall_prob": -0.1}, {"max_turns": 0}, {"max_moves_per_turn": 0},
+    {"rewards": {"step_cost": -0.1}}, {"rewards": {"goal_bonus": float("nan")}},
+    {"rewards": {"goal": 1.0}}, {"rewards": [1.0]}, {"alpha": "1"}, {"sandbox_limits": "fast"},
     {"sandbox_limits": {"bogus": 1}}, {"sandbox_limits": {"wall_time_s": 0}},
     {"code_runner": 3},
 ])
 def test_constructor_validates_arguments(bad):
     with pytest.raises(ValueError):
         PlanPathEnv(**bad)
+
+
+def test_rewards_override_only_the_coefficients_they_name():
+    assert PlanPathEnv(rewards={"goal_bonus": 2.0}).reward_config == RewardConfig(goal_bonus=2.0)
+    assert PlanPathEnv().reward_config == RewardConfig()
+    with pytest.raises(ValueError, match=r"unknown rewards key\(s\) \['goal'\]; accepted: "
+                                         r"\['step_cost', 'invalid_move_penalty'"):
+        PlanPathEnv(rewards={"goal": 1.0})
+
+
+def test_a_coefficient_given_as_its_own_keyword_loads_as_a_rewards_entry(caplog):
+    """Env configs written before ``rewards:`` (an old checkpoint's) still load, logged; the
+    same coefficient given both ways is refused."""
+    with caplog.at_level("WARNING"):
+        env = PlanPathEnv(step_cost=0.0, goal_bonus=2.0)
+    assert env.reward_config == RewardConfig(step_cost=0.0, goal_bonus=2.0)
+    assert "reward keywords ['goal_bonus', 'step_cost'] are now entries of rewards" in caplog.text
+    with pytest.raises(ValueError, match="given both as keywords and in rewards"):
+        PlanPathEnv(step_cost=0.0, rewards={"step_cost": 0.1})
 
 
 def test_defaults_match_the_paper():

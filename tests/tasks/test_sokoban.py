@@ -108,14 +108,26 @@ def test_clone_contract_with_real_sandbox_runs():
     {"room_size": 4}, {"room_size": 6.0}, {"room_size": True}, {"num_boxes": 0},
     {"num_boxes": 4}, {"room_size": 7, "num_boxes": 6}, {"reverse_pulls": 0},
     {"num_boxes": 2, "reverse_pulls": 1}, {"max_turns": 0}, {"max_moves_per_turn": 0},
-    {"step_cost": -0.1}, {"solve_bonus": float("nan")}, {"shaping_coef": "0.2"},
-    {"box_off_goal_penalty": -1}, {"alpha": None}, {"invalid_action_penalty": float("inf")},
+    {"rewards": {"step_cost": -0.1}}, {"rewards": {"solve_bonus": float("nan")}},
+    {"rewards": {"shaping_coef": "0.2"}}, {"rewards": {"box_off_goal_penalty": -1}},
+    {"rewards": {"bonus": 1.0}}, {"alpha": None}, {"invalid_action_penalty": float("inf")},
     {"sandbox_limits": "fast"}, {"sandbox_limits": {"bogus": 1}}, {"prompt_style": "tiny"},
     {"code_runner": 3},
 ])
 def test_constructor_validates_arguments(bad):
     with pytest.raises(ValueError):
         SokobanEnv(**bad)
+
+
+def test_rewards_and_the_keywords_they_replaced(caplog):
+    """``rewards`` overrides the coefficients it names; one given as its own keyword (env
+    configs before ``rewards:``) loads as a rewards entry, logged; any other keyword is refused."""
+    assert SokobanEnv(rewards={"solve_bonus": 5.0}).reward_config == RewardConfig(solve_bonus=5.0)
+    with caplog.at_level("WARNING"):
+        assert SokobanEnv(solve_bonus=5.0).reward_config == RewardConfig(solve_bonus=5.0)
+    assert "are now entries of rewards" in caplog.text
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['room'\]"):
+        SokobanEnv(room=6)
 
 
 def test_defaults_match_the_paper():
