@@ -33,9 +33,12 @@ def pytest_unconfigure(config):
     interpreter's teardown: after every test had passed, that teardown (finalizers of Ray's,
     torch's and transformers' native objects) crashed with SIGSEGV in about 1 of 5 full runs,
     turning a green suite red (2026-12-01, the whole suite in one process). Not reproduced
-    since: 56 runs of six in-process subsets with the teardown on (2026-12-07) exited 0. What
-    outlives ``ray.shutdown()`` into that teardown is native: Ray's GCS-client, gRPC and metrics
-    threads (no API stops them), pyarrow's thread pool under Tune, tokenizers' workers.
+    since: 56 runs of six in-process subsets with the teardown on (2026-12-07) exited 0, and so
+    did 11 runs of the whole `make test` selection in one process (8 to the end, 3 stopped at
+    a failure of their own; 2026-12-07, night). What outlives ``ray.shutdown()`` into that
+    teardown is native: at the end of such a run about 50 threads, among them Ray's GCS-client,
+    gRPC and metrics threads (no API stops them), the notebook kernels' ZeroMQ threads, and
+    about 27 unnamed ones (pyarrow's pool under Tune, tokenizers' workers).
     Ray's local cluster is shut down first, as its exit hook would."""
     status = getattr(config, "stash_exit_status", None)
     if status is None:
