@@ -371,15 +371,16 @@ def check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
     return float(value)
 
 
-def reward_coefficients(config_class: type, rewards: Any, moved: Mapping[str, Any], *,
+def reward_coefficients(config_class: type, rewards: Any, keywords: dict[str, Any], *,
                         env_class: str, log: logging.Logger):
     """A move task's reward coefficients (``rewards:`` in its env config) as ``config_class``
     (a frozen dataclass of floats): a mapping of some of its fields over the defaults, an
     instance, or None (the defaults); each coefficient a finite float >= 0, an unknown name
-    refused with the known ones. ``moved`` holds coefficients given as keywords of their own,
-    as env configs did before ``rewards:`` (an old checkpoint): they load as ``rewards``
-    entries, logged."""
+    refused with the known ones. Coefficients among the constructor's other ``keywords``
+    (given as keywords of their own, as env configs did before ``rewards:``: an old
+    checkpoint's) are popped from it and load as ``rewards`` entries, logged."""
     known = [field.name for field in dataclasses.fields(config_class)]
+    moved = {name: keywords.pop(name) for name in known if name in keywords}
     if isinstance(rewards, config_class):
         rewards = dataclasses.asdict(rewards)
     if rewards is not None and not isinstance(rewards, Mapping):
@@ -391,20 +392,13 @@ def reward_coefficients(config_class: type, rewards: Any, moved: Mapping[str, An
         if clash:
             raise ValueError(f"{clash} given both as keywords and in rewards: give rewards only")
         log.warning("%s reward keywords %s are now entries of rewards: loaded as rewards=%s",
-                    env_class, sorted(moved), dict(moved))
+                    env_class, sorted(moved), moved)
         given.update(moved)
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ValueError(f"unknown rewards key(s) {unknown}; accepted: {known}")
     return config_class(**{name: check_float(f"rewards.{name}", value, non_negative=True)
                            for name, value in given.items()})
-
-
-def moved_reward_keywords(config_class: type, keywords: dict[str, Any]) -> dict[str, Any]:
-    """Pop from ``keywords`` the ones named like a field of ``config_class`` (reward
-    coefficients passed the way env configs did before ``rewards:``)."""
-    return {field.name: keywords.pop(field.name) for field in dataclasses.fields(config_class)
-            if field.name in keywords}
 
 
 #: ``sandbox:`` keys a task's env_config accepts (:func:`check_sandbox_limits`).

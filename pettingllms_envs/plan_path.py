@@ -24,8 +24,7 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, check_float, check_int, check_prompt_style, clip_text, hash_split,
-    move_examples, moved_reward_keywords, named_variant, planner_role, reward_coefficients,
-    tool_role)
+    move_examples, named_variant, planner_role, reward_coefficients, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -432,8 +431,7 @@ class PlanPathEnv(MoveListEnv):
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         self.reward_config = reward_coefficients(  # before the variant: it takes the rest
-            RewardConfig, rewards, moved_reward_keywords(RewardConfig, retired_flags),
-            env_class=type(self).__name__, log=logger)
+            RewardConfig, rewards, retired_flags, env_class=type(self).__name__, log=logger)
         #: What the prompts show (:class:`PlanPathVariant`), read by the hooks below.
         self.variant = plan_path_variant(variant, retired_flags)
         #: The moves the tool's program printed this turn (None: no usable output yet).

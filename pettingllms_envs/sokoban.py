@@ -23,8 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_int, move_examples, moved_reward_keywords, planner_role,
-    reward_coefficients, tool_role)
+    CodeRunner, check_int, move_examples, planner_role, reward_coefficients, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -486,11 +485,11 @@ class SokobanEnv(MoveListEnv):
             "reverse_pulls",
             self.num_boxes * self.room_size if reverse_pulls is None else reverse_pulls,
             minimum=self.num_boxes)
-        moved = moved_reward_keywords(RewardConfig, moved_keywords)
-        if moved_keywords:
-            raise TypeError(f"SokobanEnv got unexpected keyword arguments {sorted(moved_keywords)}")
-        self.reward_config = reward_coefficients(RewardConfig, rewards, moved,
-                                                 env_class="SokobanEnv", log=logger)
+        self.reward_config = reward_coefficients(RewardConfig, rewards, moved_keywords,
+                                                 env_class=type(self).__name__, log=logger)
+        if moved_keywords:  # what is left is no reward coefficient
+            raise TypeError(f"{type(self).__name__} got unexpected keyword arguments "
+                            f"{sorted(moved_keywords)}")
         super().__init__(
             alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
             max_moves_per_turn=8 * self.room_size if max_moves_per_turn is None

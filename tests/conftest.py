@@ -36,9 +36,10 @@ def pytest_unconfigure(config):
     since: 56 runs of six in-process subsets with the teardown on (2026-12-07) exited 0, and so
     did 11 runs of the whole `make test` selection in one process (8 to the end, 3 stopped at
     a failure of their own; 2026-12-07, night). What outlives ``ray.shutdown()`` into that
-    teardown is native: at the end of such a run about 50 threads, among them Ray's GCS-client,
-    gRPC and metrics threads (no API stops them), the notebook kernels' ZeroMQ threads, and
-    about 27 unnamed ones (pyarrow's pool under Tune, tokenizers' workers).
+    teardown is native: at the end of such a run about 50 threads (``/proc/self/task``): Ray's
+    GCS-client, gRPC and event-engine threads (no API stops them), the notebook kernels'
+    ZeroMQ threads, jemalloc's, and 27-28 unnamed ones, not identified (the earlier search
+    named pyarrow's pool under Tune and tokenizers' workers among such threads).
     Ray's local cluster is shut down first, as its exit hook would."""
     status = getattr(config, "stash_exit_status", None)
     if status is None:

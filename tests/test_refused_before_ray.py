@@ -34,7 +34,7 @@ def ray_never_starts(monkeypatch):
 def two_cpus(monkeypatch):
     """This machine, as the CLI sees it: 2 CPUs and no GPU (whatever the test host has)."""
     monkeypatch.setattr("pettingllms_rllib.algorithms.resources.machine_resources",
-                        lambda: {"CPU": 2.0, "GPU": 0.0}, raising=False)
+                        lambda: {"CPU": 2.0, "GPU": 0.0})
 
 
 def train(tmp_path, caplog, *extra, text=GOOD):
@@ -232,7 +232,7 @@ def test_local_pools_gpus_add_up_in_the_main_process(tmp_path, caplog, monkeypat
     """Two ``num_learners: 0`` pools with a GPU each ask the trial's main process for both
     GPUs: on a one-GPU machine Ray would wait forever."""
     monkeypatch.setattr("pettingllms_rllib.algorithms.resources.machine_resources",
-                        lambda: {"CPU": 2.0, "GPU": 1.0}, raising=False)
+                        lambda: {"CPU": 2.0, "GPU": 1.0})
     log = refused(tmp_path, caplog, "--set", "resource_pools.pools={"
                   "tool_pool: {modules: [tool], num_learners: 0, num_gpus_per_learner: 1}, "
                   "planner_pool: {modules: [planner], num_learners: 0, num_gpus_per_learner: 1}}")
