@@ -13,20 +13,24 @@ library does (``models/precision.py``): printed first. Results: bench/RESULTS.md
 
 * ``model``: SmolLM2-135M (bundled) with fp32 weights vs bf16 weights: a prefill of 8 x 128
   tokens, one decode-shaped step of 64 rows x 1 token over a 128-token KV cache, and forward +
-  backward of 8 x 256 tokens; tokens/s.
+  backward of 8 x 256 tokens; tokens/s. Then one decode step over the engine's preallocated
+  cache under the profiler: seconds in GEMMs, attention and the rest, and the rate at which
+  the GEMMs read the weights (a decode step reads every weight once).
 * ``mismatch``: the HF engine samples K=4 answers to 8 main-job prompts; the learner's module
   recomputes their log-probs teacher-forced, in both arms; mean, p99 and max |gap| per token.
 * ``profile``: the main job's generation as its env runner does it (the runner's inference
   copies: the bundled base with one LoRA adapter per role, built from the job's config; 8
   prompts x K=4, 48 new tokens, temperature 0.7), under ``torch.profiler`` in both arms: wall
-  seconds per call and the ops with the most self CPU time, so the gap between a bf16 GEMM's
-  speed-up and the iteration's is read from measurements.
+  seconds per call, the ops with the most self CPU time and the seconds in GEMMs, attention
+  and the rest, so the gap between a bf16 GEMM's speed-up and the iteration's is read from
+  measurements.
 * ``learner``: the learner's copies of the main job (bundled base, one LoRA adapter per role,
   built from its config) on one minibatch shaped as the main job's (2 shared-prefix rows, each
   a 90-token prompt and K=4 responses of 40 tokens): seconds of the training forward, its
   backward and the no-gradient recompute of the ratio's denominator, best of ``--repeats``;
   a minibatch as trained is forward + backward in fp32 (the exact path recomputes nothing) and
-  all three under ``auto``.
+  all three under ``auto``. Then one forward and its backward under the profiler: seconds in
+  GEMMs, attention and the rest.
 * ``iteration``: the main job (``tune_configs/math_cpu.yaml``, ``--set`` overrides apply) built
   with ``build_algo`` in a fresh subprocess per arm and repetition, ``--iterations`` each; wall
   seconds per iteration and the time shares (generate, learner, ...).
@@ -64,6 +68,21 @@ def _best_seconds(fn, repeats: int) -> float:
         fn()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+#: Self-time categories of a profiled call: the matrix products bf16 speeds up, attention, and
+#: everything else (norms, rotary, elementwise, sampling, the log-softmax over the vocabulary).
+_GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def _op_seconds(prof) -> dict[str, float]:
+    """Seconds of self CPU time per category (:data:`_GEMM_OPS`, attention, other)."""
+    seconds = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    for event in prof.key_averages():
+        part = ("gemm" if event.key in _GEMM_OPS else
+                "attention" if "scaled_dot_product" in event.key else "other")
+        seconds[part] += event.self_cpu_time_total / 1e6
+    return {part: round(value, 4) for part, value in seconds.items()}
 
 
 # ------------------------------------------------------------------------------------- gemm
@@ -130,7 +149,35 @@ def bench_model(args) -> dict:
     best = {arm: {part: max(v) for part, v in parts.items()} for arm, parts in results.items()}
     return {"tokens_per_s": results, "best_tokens_per_s": best,
             "bf16_over_fp32": {part: best["bfloat16"][part] / best["float32"][part]
-                               for part in best["float32"]}}
+                               for part in best["float32"]},
+            "decode_step_ops": {arm: _decode_step_ops(model, step) for arm, model in models.items()}}
+
+
+def _decode_step_ops(model, step: torch.Tensor) -> dict:
+    """One decode step (``step``'s rows over a 150-token cache, the engine's preallocated
+    cache) under the profiler: seconds per op category, and the rate at which the step's GEMMs
+    read the model's weights (every weight is read once per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from pettingllms_rllib.engines.hf_engine import preallocated_cache
+
+    def cached():
+        cache = preallocated_cache(model, capacity=152)
+        with torch.no_grad():
+            model(torch.randint(0, model.config.vocab_size, (len(step), 150),
+                                generator=torch.Generator().manual_seed(1)),
+                  past_key_values=cache, use_cache=True)
+        return cache
+
+    with torch.no_grad():
+        model(step, past_key_values=cached(), use_cache=True)  # warm-up
+        cache = cached()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(step, past_key_values=cache, use_cache=True)
+    seconds = _op_seconds(prof)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {"seconds": seconds, "weight_bytes": weight_bytes,
+            "gemm_weight_read_gb_per_s": round(weight_bytes / seconds["gemm"] / 1e9, 2)}
 
 
 # --------------------------------------------------------------------------------- mismatch
@@ -204,6 +251,7 @@ def bench_profile(args) -> dict:
         top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
         arms[arm] = {
             "seconds_per_call": seconds, "response_tokens": tokens,
+            "op_seconds": _op_seconds(prof),
             "weight_dtypes": sorted({str(p.dtype) for p in module.causal_lm.parameters()}),
             "top_ops_self_cpu_share": {e.key: round(e.self_cpu_time_total / total, 3)
                                        for e in top[:12]}}
@@ -264,14 +312,28 @@ def bench_learner(args) -> dict:
                                     ("recompute", end - backward)):
                     seconds[arm][part].append(value)
     best = {arm: {part: min(v) for part, v in parts.items()} for arm, parts in seconds.items()}
+    ops = {arm: _learner_ops(module, batch) for arm, module in modules.items()}
     # As trained: the exact path (fp32 on-policy) needs no recompute, bf16 always does.
     trained = {"float32": best["float32"]["forward"] + best["float32"]["backward"],
                "auto": sum(best["auto"].values())}
     return {"minibatch_as_trained_s": trained,
-            "minibatch_fp32_over_auto": trained["float32"] / trained["auto"],"seconds": seconds, "best_seconds": best,
+            "minibatch_fp32_over_auto": trained["float32"] / trained["auto"], "seconds": seconds, "best_seconds": best,
             "fp32_over_auto": {part: best["float32"][part] / best["auto"][part]
                                for part in best["float32"]},
-            "shape": {k: list(v.shape) for k, v in batch.items()}}
+            "shape": {k: list(v.shape) for k, v in batch.items()}, "op_seconds": ops}
+
+
+def _learner_ops(module, batch) -> dict[str, dict[str, float]]:
+    """One training forward and its backward under the profiler: seconds per op category."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from pettingllms_rllib.models.rl_modules import TOKEN_LOGP
+
+    with profile(activities=[ProfilerActivity.CPU]) as forward:
+        logp = module.forward_train(batch)[TOKEN_LOGP]
+    with profile(activities=[ProfilerActivity.CPU]) as backward:
+        logp.sum().backward()
+    return {"forward": _op_seconds(forward), "backward": _op_seconds(backward)}
 
 
 # -------------------------------------------------------------------------------- iteration
