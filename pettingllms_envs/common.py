@@ -373,7 +373,7 @@ def check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
 
 def reward_coefficients(config_class: type, rewards: Any, keywords: dict[str, Any], *,
                         env_class: str, log: logging.Logger):
-    """A move task's reward coefficients (``rewards:`` in its env config) as ``config_class``
+    """A task's reward coefficients (``rewards:`` in its env config) as ``config_class``
     (a frozen dataclass of floats): a mapping of some of its fields over the defaults, an
     instance, or None (the defaults); each coefficient a finite float >= 0, an unknown name
     refused with the known ones. Coefficients among the constructor's other ``keywords``
@@ -399,6 +399,13 @@ def reward_coefficients(config_class: type, rewards: Any, keywords: dict[str, An
         raise ValueError(f"unknown rewards key(s) {unknown}; accepted: {known}")
     return config_class(**{name: check_float(f"rewards.{name}", value, non_negative=True)
                            for name, value in given.items()})
+
+
+def refuse_unexpected_keywords(env_class: str, keywords: Mapping[str, Any]) -> None:
+    """The constructor's keywords left after the retired ones were taken out: a TypeError
+    naming them, as Python would for an unknown keyword argument."""
+    if keywords:
+        raise TypeError(f"{env_class} got unexpected keyword arguments {sorted(keywords)}")
 
 
 #: ``sandbox:`` keys a task's env_config accepts (:func:`check_sandbox_limits`).

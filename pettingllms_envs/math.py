@@ -675,13 +675,15 @@ class MathEnv(TextParallelEnv):
                  wrong_reward: float = 0.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None, code_runner: CodeRunner | None = None,
-                 single_agent: bool = False, **retired: Any):
+                 single_agent: bool = False, **retired_keywords: Any):
         #: What the prompts show and how the reasoner answers (:class:`MathVariant`).
-        self.variant = math_variant(variant, {key: value for key, value in retired.items()
-                                              if key not in RETIRED_DATA_KEYWORDS})
+        self.variant = math_variant(variant, {
+            key: value for key, value in retired_keywords.items()
+            if key not in RETIRED_DATA_KEYWORDS})
         #: Where the problems come from (:class:`MathData`).
-        self.data = math_data(dataset, {key: value for key, value in retired.items()
-                                        if key in RETIRED_DATA_KEYWORDS})
+        self.data = math_data(dataset, {
+            key: value for key, value in retired_keywords.items()
+            if key in RETIRED_DATA_KEYWORDS})
         self.reward_config = RewardConfig(
             correct_reward=check_float("correct_reward", correct_reward),
             wrong_reward=check_float("wrong_reward", wrong_reward))

@@ -425,15 +425,16 @@ class PlanPathEnv(MoveListEnv):
                  rewards: RewardConfig | Mapping[str, float] | None = None,
                  code_runner: CodeRunner | None = None,
                  variant: str | PlanPathVariant = "paper",
-                 single_agent: bool = False, test_fraction: float = 0.2, **retired_flags: Any):
+                 single_agent: bool = False, test_fraction: float = 0.2,
+                 **retired_keywords: Any):
         self.grid_size = check_int("grid_size", grid_size, minimum=2)
         self.test_fraction: float | None = check_float("test_fraction", test_fraction)
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         self.reward_config = reward_coefficients(  # before the variant: it takes the rest
-            RewardConfig, rewards, retired_flags, env_class=type(self).__name__, log=logger)
+            RewardConfig, rewards, retired_keywords, env_class=type(self).__name__, log=logger)
         #: What the prompts show (:class:`PlanPathVariant`), read by the hooks below.
-        self.variant = plan_path_variant(variant, retired_flags)
+        self.variant = plan_path_variant(variant, retired_keywords)
         #: The moves the tool's program printed this turn (None: no usable output yet).
         self.tool_moves: tuple[str, ...] | None = None
         self.wall_prob = check_float("wall_prob", wall_prob)

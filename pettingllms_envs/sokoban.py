@@ -23,7 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pettingllms_envs.common import (
-    CodeRunner, check_int, move_examples, planner_role, reward_coefficients, tool_role)
+    CodeRunner, check_int, move_examples, planner_role, refuse_unexpected_keywords,
+    reward_coefficients, tool_role)
 from pettingllms_envs.moves import MOVES, MoveListEnv, MoveListOutcome, parse_planner_answer
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import split_of_seed
@@ -474,7 +475,7 @@ class SokobanEnv(MoveListEnv):
                  rewards: RewardConfig | Mapping[str, float] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
                  single_agent: bool = False, prefill_answers: bool = False,
-                 **moved_keywords: Any):
+                 **retired_keywords: Any):
         self.room_size = check_int("room_size", room_size, minimum=MIN_ROOM_SIZE)
         self.num_boxes = check_int("num_boxes", num_boxes, minimum=1)
         most = (self.room_size - 2) ** 2 // 5
@@ -485,11 +486,9 @@ class SokobanEnv(MoveListEnv):
             "reverse_pulls",
             self.num_boxes * self.room_size if reverse_pulls is None else reverse_pulls,
             minimum=self.num_boxes)
-        self.reward_config = reward_coefficients(RewardConfig, rewards, moved_keywords,
+        self.reward_config = reward_coefficients(RewardConfig, rewards, retired_keywords,
                                                  env_class=type(self).__name__, log=logger)
-        if moved_keywords:  # what is left is no reward coefficient
-            raise TypeError(f"{type(self).__name__} got unexpected keyword arguments "
-                            f"{sorted(moved_keywords)}")
+        refuse_unexpected_keywords(type(self).__name__, retired_keywords)
         super().__init__(
             alpha=alpha, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
             max_moves_per_turn=8 * self.room_size if max_moves_per_turn is None

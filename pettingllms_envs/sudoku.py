@@ -28,7 +28,8 @@ import numpy as np
 
 from pettingllms_envs.common import (
     CodeRunner, ToolPlannerEnv, check_code_runner, check_float, check_int, check_prompt_style,
-    check_sandbox_limits, clip_text, planner_role, tool_role)
+    check_sandbox_limits, clip_text, planner_role, refuse_unexpected_keywords,
+    reward_coefficients, tool_role)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import ParseResult, quote_inline, split_of_seed
 
@@ -611,8 +612,10 @@ class SudokuEnv(ToolPlannerEnv):
             a cap: removal stops earlier if no further cell can go without losing uniqueness.
         max_turns: turns T (3). alpha: team-reward weight (1.0).
         invalid_action_penalty: local reward of an unusable response (-1.0).
-        progress_coef (1.0), violation_penalty (1.0), wrong_penalty (0.5), solve_bonus (2.0):
-            reward coefficients, all >= 0.
+        rewards: the reward coefficients, a mapping of some of :class:`RewardConfig`'s fields
+            (progress_coef 1.0, violation_penalty 1.0, wrong_penalty 0.5, solve_bonus 2.0; all
+            >= 0), as in Plan-Path and Sokoban. A coefficient given as its own keyword (an env
+            config written before ``rewards:``) loads as a ``rewards`` entry, logged.
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
             256 MB).
         sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
@@ -633,12 +636,11 @@ class SudokuEnv(ToolPlannerEnv):
 
     def __init__(self, *, box_size: int = 2, num_holes: int | None = None, max_turns: int = 3,
                  alpha: float = 1.0, invalid_action_penalty: float = -1.0,
-                 progress_coef: float = 1.0, violation_penalty: float = 1.0,
-                 wrong_penalty: float = 0.5, solve_bonus: float = 2.0,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None,
+                 rewards: RewardConfig | Mapping[str, float] | None = None,
                  prompt_style: str = "full", code_runner: CodeRunner | None = None,
-                 single_agent: bool = False):
+                 single_agent: bool = False, **retired_keywords: Any):
         self.size = _grid_side(check_int("box_size", box_size, minimum=2))
         self.box_size = int(box_size)
         self.num_holes = check_int(
@@ -647,10 +649,9 @@ class SudokuEnv(ToolPlannerEnv):
             raise ValueError(f"num_holes must be <= {self.size ** 2} for a {self.size}x{self.size} "
                              f"grid, got {num_holes!r}")
         check_int("max_turns", max_turns, minimum=1)
-        self.reward_config = RewardConfig(**{
-            name: check_float(name, value, non_negative=True) for name, value in (
-                ("progress_coef", progress_coef), ("violation_penalty", violation_penalty),
-                ("wrong_penalty", wrong_penalty), ("solve_bonus", solve_bonus))})
+        self.reward_config = reward_coefficients(RewardConfig, rewards, retired_keywords,
+                                                 env_class=type(self).__name__, log=logger)
+        refuse_unexpected_keywords(type(self).__name__, retired_keywords)
         self.sandbox_limits = check_sandbox_limits(
             sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
             runner=code_runner)

@@ -15,6 +15,7 @@ from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.sudoku import (
+    RewardConfig,
     SudokuEnv,
     SudokuTask,
     count_solutions,
@@ -134,14 +135,31 @@ def test_clone_contract_with_real_sandbox_runs():
 @pytest.mark.parametrize("bad", [
     {"box_size": 1}, {"box_size": 4}, {"box_size": 2.0}, {"box_size": True},
     {"num_holes": 0}, {"num_holes": 17}, {"num_holes": 3.5}, {"max_turns": 0},
-    {"progress_coef": -1.0}, {"violation_penalty": float("nan")}, {"wrong_penalty": "0.5"},
-    {"solve_bonus": float("inf")}, {"alpha": None}, {"invalid_action_penalty": "x"},
+    {"rewards": {"progress_coef": -1.0}}, {"rewards": {"violation_penalty": float("nan")}},
+    {"rewards": {"wrong_penalty": "0.5"}}, {"rewards": {"solve_bonus": float("inf")}},
+    {"rewards": {"bonus": 1.0}}, {"rewards": 2.0}, {"progress_coef": -1.0},
+    {"alpha": None}, {"invalid_action_penalty": "x"},
     {"sandbox_limits": "fast"}, {"sandbox_limits": {"bogus": 1}}, {"code_runner": 3},
     {"prompt_style": "tiny"},
 ])
 def test_constructor_validates_arguments(bad):
     with pytest.raises(ValueError):
         SudokuEnv(**bad)
+
+
+def test_rewards_and_the_keywords_they_replaced(caplog):
+    """``rewards`` overrides the coefficients it names; one given as its own keyword (env
+    configs before ``rewards:``) loads as a rewards entry, logged; giving it both ways, or any
+    other keyword, is refused."""
+    assert SudokuEnv(rewards={"solve_bonus": 5.0}).reward_config == RewardConfig(solve_bonus=5.0)
+    with caplog.at_level("WARNING"):
+        old = SudokuEnv(solve_bonus=5.0, wrong_penalty=0.25)
+    assert old.reward_config == RewardConfig(solve_bonus=5.0, wrong_penalty=0.25)
+    assert "SudokuEnv reward keywords ['solve_bonus', 'wrong_penalty']" in caplog.text
+    with pytest.raises(ValueError, match="given both as keywords and in rewards"):
+        SudokuEnv(solve_bonus=5.0, rewards={"solve_bonus": 1.0})
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['holes'\]"):
+        SudokuEnv(holes=4)
 
 
 def test_defaults_match_the_paper():
@@ -387,7 +405,7 @@ def test_solving_earns_progress_bonus_and_team_reward_and_terminates():
     ("1 1 2", "r1c1=2 overwrites a given"),
 ])
 def test_rule_violations_are_penalised_and_not_applied(answer, message):
-    env = _env(violation_penalty=2.0)
+    env = _env(rewards={"violation_penalty": 2.0})
     env.step({"tool": ""})
     _, rewards, _, _, infos = env.step({"planner": f"Answer: {answer}"})
     assert infos["planner"]["reward_local"] == pytest.approx(-2.0 / 16)
