@@ -3,8 +3,8 @@
 PettingLLMs' router (arXiv 2510.11062, Sec. 4, "specialised" mode) sends each model's data
 only to that model's update unit in its own resource pool. RLlib has one ``LearnerGroup`` per
 ``Algorithm``, in which every learner holds every module; :class:`PooledLearnerGroup` is a
-``LearnerGroup`` made of one RLlib ``LearnerGroup`` per pool, each built with only its pool's
-modules (``rl_module_spec``) and its pool's learner resources and optimiser settings:
+facade over one RLlib ``LearnerGroup`` per pool, each built with only its pool's modules
+(``rl_module_spec``) and its pool's learner resources and optimiser settings:
 
 * ``update`` routes each module's batch to its pool and runs the pools' updates at the same time
   (one driver thread per pool; a pool with remote learners trains in its own processes);
@@ -40,6 +40,7 @@ from ray.rllib.core import (COMPONENT_LEARNER, COMPONENT_METRICS_LOGGER, COMPONE
 from ray.rllib.core.learner.learner_group import LearnerGroup
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch
+from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from pettingllms_rllib.checkpoints import POOLED_STATE_FILE, POOLS_DIR
@@ -171,17 +172,17 @@ def restrict_spec(spec: MultiRLModuleSpec, module_ids: Collection[str]) -> Multi
     return restricted
 
 
-class PooledLearnerGroup(LearnerGroup):
-    """A LearnerGroup made of one RLlib LearnerGroup per resource pool (see the module
-    docstring).
+class PooledLearnerGroup(Checkpointable):
+    """A facade over one RLlib LearnerGroup per resource pool (see the module docstring).
 
-    It is a ``LearnerGroup`` because RLlib dispatches on that type: ``EnvRunnerGroup.
-    sync_weights`` reads a learner group's state only from an ``isinstance(...,
-    LearnerGroup)`` source, and ``Algorithm`` checkpoints it as one. It does not run
-    ``LearnerGroup.__init__``, which would build learners holding every module; it builds its
-    pools instead, and answers itself every method through which RLlib's would reach those
-    learners (tests/algorithms/test_pooled_learner_group_surface.py checks this against the
-    pinned RLlib's source)."""
+    It inherits nothing from ``LearnerGroup``: it holds its pools and answers every public
+    ``LearnerGroup`` method itself (tests/algorithms/test_pooled_learner_group.py checks this
+    against the pinned RLlib's source). RLlib dispatches on the type, though:
+    ``EnvRunnerGroup.sync_weights`` reads a learner group's weights only from an
+    ``isinstance(..., LearnerGroup)`` source. ``LearnerGroup`` is an abstract base class, so
+    the class is registered as its virtual subclass below: ``isinstance`` holds, and no
+    ``LearnerGroup`` code or state is used. ``Algorithm`` checkpoints it as the
+    ``Checkpointable`` it is."""
 
     def __init__(self, *, config, module_spec: MultiRLModuleSpec, pools: list[ResourcePool],
                  make_learner_group=LearnerGroup):
@@ -194,10 +195,8 @@ class PooledLearnerGroup(LearnerGroup):
             make_learner_group: what builds one pool's group from ``config=`` and
                 ``module_spec=`` (RLlib's ``LearnerGroup``; tests pass a stand-in).
         """
-        # Not LearnerGroup.__init__: the pools own the learners.
         self.config = config.copy(copy_frozen=False)
         self._module_spec = module_spec
-        self._is_shut_down = False
         self._weights_seq_no = 0
         #: Seconds each pool's last update took (the overlap is in ``update``'s wall time).
         self.last_update_seconds: dict[str, float] = {}
@@ -378,6 +377,31 @@ class PooledLearnerGroup(LearnerGroup):
         if version > 0:
             self._weights_seq_no = version
 
+    def get_weights(self, module_ids: Collection[str] | None = None) -> dict:
+        """The modules' weights (all, or those in ``module_ids``), each from its pool."""
+        prefix = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}"
+        components = (prefix if module_ids is None else
+                      [f"{prefix}/{module_id}" for module_id in module_ids])
+        return self.get_state(components)[COMPONENT_LEARNER].get(COMPONENT_RL_MODULE, {})
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Give each pool its modules' weights."""
+        self.set_state({COMPONENT_LEARNER: {COMPONENT_RL_MODULE: dict(weights)}})
+
+    def load_module_state(self, *, multi_rl_module_ckpt_dir=None, modules_to_load=None,
+                          rl_module_ckpt_dirs=None) -> None:
+        """Load modules from checkpoints (``load_state_path`` in a module spec, read when the
+        algorithm is built): each pool loads its own modules only."""
+        for name, pool in self.pools.items():
+            modules = set(self.pool_specs[name].modules)
+            wanted = modules if modules_to_load is None else modules & set(modules_to_load)
+            dirs = {m: d for m, d in (rl_module_ckpt_dirs or {}).items() if m in modules}
+            if (multi_rl_module_ckpt_dir and wanted) or dirs:
+                pool.load_module_state(
+                    multi_rl_module_ckpt_dir=multi_rl_module_ckpt_dir if wanted else None,
+                    modules_to_load=wanted if multi_rl_module_ckpt_dir else None,
+                    rl_module_ckpt_dirs=dirs)
+
     def foreach_learner(self, func, **kwargs) -> list:
         """``func`` on every learner of every pool: the call results, pool by pool."""
         return [result for pool in self.pools.values()
@@ -459,4 +483,7 @@ class PooledLearnerGroup(LearnerGroup):
         for pool in self.pools.values():
             pool.shutdown()
         self._executor.shutdown(wait=False)
-        self._is_shut_down = True
+
+
+# RLlib recognises a learner group by ``isinstance(..., LearnerGroup)`` (see the class).
+LearnerGroup.register(PooledLearnerGroup)
