@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import math
 import threading
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Collection, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -372,11 +372,12 @@ def check_float(name: str, value: Any, *, non_negative: bool = False) -> float:
 
 
 def reward_coefficients(config_class: type, rewards: Any, keywords: dict[str, Any], *,
-                        env_class: str, log: logging.Logger):
+                        env_class: str, log: logging.Logger, signed: Collection[str] = ()):
     """A task's reward coefficients (``rewards:`` in its env config) as ``config_class``
     (a frozen dataclass of floats): a mapping of some of its fields over the defaults, an
-    instance, or None (the defaults); each coefficient a finite float >= 0, an unknown name
-    refused with the known ones. Coefficients among the constructor's other ``keywords``
+    instance, or None (the defaults); each coefficient a finite float, >= 0 unless named in
+    ``signed`` (a reward rather than a bonus or penalty), an unknown name refused with the
+    known ones. Coefficients among the constructor's other ``keywords``
     (given as keywords of their own, as env configs did before ``rewards:``: an old
     checkpoint's) are popped from it and load as ``rewards`` entries, logged."""
     known = [field.name for field in dataclasses.fields(config_class)]
@@ -397,7 +398,8 @@ def reward_coefficients(config_class: type, rewards: Any, keywords: dict[str, An
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ValueError(f"unknown rewards key(s) {unknown}; accepted: {known}")
-    return config_class(**{name: check_float(f"rewards.{name}", value, non_negative=True)
+    return config_class(**{name: check_float(f"rewards.{name}", value,
+                                             non_negative=name not in signed)
                            for name, value in given.items()})
 
 

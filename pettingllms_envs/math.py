@@ -40,8 +40,8 @@ from math_verify import verify as mv_verify
 from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
-    extract_python_code, failure_headline, named_variant, quote_inline, run_tool_program,
-    tool_role)
+    extract_python_code, failure_headline, named_variant, quote_inline, reward_coefficients,
+    run_tool_program, tool_role)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -643,7 +643,10 @@ class MathEnv(TextParallelEnv):
             example); what each shows is :class:`MathVariant`.
         max_turns: turns T (3). alpha: team-reward weight (1.0).
         invalid_action_penalty: local reward of an unusable response (-1.0).
-        correct_reward (1.0), wrong_reward (0.0): local reward of a correct / wrong answer.
+        rewards: the local rewards of an answer that parsed, a mapping of some of
+            :class:`RewardConfig`'s fields (correct_reward 1.0, wrong_reward 0.0; any sign), as
+            the other tasks' ``rewards:``. One given as its own keyword (an env config written
+            before ``rewards:``) loads as a ``rewards`` entry, logged.
         sandbox_limits: :class:`SandboxLimits` or a dict of its fields (default 3 s wall and CPU,
             256 MB).
         sandbox: ``{launcher: ..., packages: [...]}`` (None): the sandbox launcher
@@ -671,11 +674,14 @@ class MathEnv(TextParallelEnv):
     def __init__(self, *, dataset: str | Mapping[str, Any] | MathData = "generated",
                  problems: Sequence[MathProblem | Mapping[str, Any]] | None = None,
                  variant: str | MathVariant = "paper", max_turns: int = 3, alpha: float = 1.0,
-                 invalid_action_penalty: float = -1.0, correct_reward: float = 1.0,
-                 wrong_reward: float = 0.0,
+                 invalid_action_penalty: float = -1.0,
+                 rewards: RewardConfig | Mapping[str, float] | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None, code_runner: CodeRunner | None = None,
                  single_agent: bool = False, **retired_keywords: Any):
+        self.reward_config = reward_coefficients(  # before the variant: it takes the rest
+            RewardConfig, rewards, retired_keywords, env_class=type(self).__name__, log=logger,
+            signed=("correct_reward", "wrong_reward"))
         #: What the prompts show and how the reasoner answers (:class:`MathVariant`).
         self.variant = math_variant(variant, {
             key: value for key, value in retired_keywords.items()
@@ -684,9 +690,6 @@ class MathEnv(TextParallelEnv):
         self.data = math_data(dataset, {
             key: value for key, value in retired_keywords.items()
             if key in RETIRED_DATA_KEYWORDS})
-        self.reward_config = RewardConfig(
-            correct_reward=check_float("correct_reward", correct_reward),
-            wrong_reward=check_float("wrong_reward", wrong_reward))
         self.sandbox_limits = check_sandbox_limits(
             sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
             runner=code_runner)

@@ -20,6 +20,7 @@ from pettingllms_envs.math import (
     MathData,
     MathEnv,
     MathVariant,
+    RewardConfig,
     answers_equivalent,
     expression_too_costly,
     extract_boxed,
@@ -133,8 +134,9 @@ def test_clone_shares_the_loaded_problem_list_instead_of_copying_it(tmp_path):
 @pytest.mark.parametrize("bad", [
     {"dataset": {"difficulty": 0}}, {"dataset": {"difficulty": 2.0}}, {"dataset": {"kinds": []}},
     {"dataset": {"kinds": ["geometry"]}}, {"max_turns": 0}, {"alpha": "1"},
-    {"invalid_action_penalty": float("nan")}, {"correct_reward": None},
-    {"wrong_reward": float("inf")}, {"dataset": {"test_fraction": 1.5}},
+    {"invalid_action_penalty": float("nan")}, {"rewards": {"correct_reward": None}},
+    {"rewards": {"wrong_reward": float("inf")}}, {"wrong_reward": float("nan")},
+    {"rewards": {"bonus": 1.0}}, {"dataset": {"test_fraction": 1.5}},
     {"dataset": {"test_fraction": -0.1}}, {"sandbox_limits": "fast"},
     {"sandbox_limits": {"bogus": 1}}, {"variant": "tiny"}, {"variant": None},
     {"code_runner": 3}, {"dataset": ""}, {"dataset": None}, {"dataset": {"source": ""}},
@@ -409,7 +411,7 @@ def test_missing_box_is_a_parse_error_with_the_penalty():
 
 
 def test_reward_coefficients_are_configurable():
-    env = _env(correct_reward=2.0, wrong_reward=-0.5, alpha=0.0)
+    env = _env(rewards={"correct_reward": 2.0, "wrong_reward": -0.5}, alpha=0.0)
     _, rewards, _, _, _ = env.step({"reasoner": "\\boxed{0.5}", "tool": _program("2")})
     assert rewards == {"reasoner": 2.0, "tool": -0.5}
 
@@ -760,13 +762,15 @@ def test_an_env_config_from_before_the_names_loads_as_the_variant_its_flags_spel
 
 
 # ------------------------------------------------------------------------------ data source
-def test_the_constructor_holds_the_setting_in_a_dozen_arguments():
-    """Issue 44: the prompt flags became one ``variant``, the data keywords one ``dataset``."""
+def test_the_constructor_holds_the_setting_in_eleven_arguments():
+    """Issue 44: the prompt flags became one ``variant``, the data keywords one ``dataset``,
+    the reward keywords one ``rewards``."""
     parameters = inspect.signature(MathEnv).parameters
     named = [name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    assert len(named) <= 12, named
+    assert len(named) <= 11, named
     retired = {"prompt_style", "answer_format", "tool_example", "dataset_format", "hub_split",
-               "hub_config", "test_fraction", "difficulty", "kinds"}
+               "hub_config", "test_fraction", "difficulty", "kinds", "correct_reward",
+               "wrong_reward"}
     assert not retired & set(parameters)
 
 
@@ -783,6 +787,15 @@ def test_old_flat_data_keywords_load_as_the_same_generated_source(caplog):
     for seed in (0, 5, TRAIN_SEED_LIMIT):
         assert old.reset(seed=seed)[0] == new.reset(seed=seed)[0]
     assert MathEnv(dataset=new.data).data is new.data
+
+
+def test_old_reward_keywords_load_as_rewards_entries(caplog):
+    with caplog.at_level("WARNING", logger="pettingllms_envs.math"):
+        old = MathEnv(wrong_reward=-0.5, code_runner=_fake_python)
+    assert old.reward_config == RewardConfig(wrong_reward=-0.5)
+    assert "MathEnv reward keywords ['wrong_reward'] are now entries of rewards" in caplog.text
+    with pytest.raises(ValueError, match="given both as keywords and in rewards"):
+        MathEnv(wrong_reward=-0.5, rewards={"wrong_reward": 0.0})
 
 
 def test_old_flat_data_keywords_load_as_the_same_loaded_source(tmp_path):
