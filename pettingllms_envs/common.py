@@ -477,6 +477,40 @@ def check_code_runner(runner: Any) -> CodeRunner | None:
 EXAMPLE_MOVES = ("R D", "D R", "L U", "U L", "R R", "D D", "L L", "U U")
 
 
+def data_source(data_class: type, dataset: Any, retired_keywords: Mapping[str, Any] | None, *,
+                renamed: Mapping[str, str], env_class: str, log: logging.Logger):
+    """A task's data source (``dataset:`` in its env config) as ``data_class``, a frozen
+    dataclass whose first field is ``source``: an instance, a mapping of its fields (an unknown
+    key refused with the accepted ones), or a bare source name. An env config written before
+    the mapping (an old checkpoint's: ``dataset`` a name beside flat keywords, each the field
+    ``renamed`` maps it to) loads as the same source, logged with its new spelling; flat
+    keywords beside a mapping are refused."""
+    fields = [field.name for field in dataclasses.fields(data_class)]
+    retired = dict(retired_keywords or {})
+    if retired and not isinstance(dataset, str):
+        raise ValueError(f"the retired keywords {sorted(retired)} and dataset={dataset!r} "
+                         f"exclude each other: give them inside dataset, as "
+                         f"{sorted(renamed[key] for key in retired)}")
+    if isinstance(dataset, data_class):
+        return dataset
+    if isinstance(dataset, Mapping):
+        unknown = sorted(set(dataset) - set(fields), key=str)
+        if unknown:
+            raise ValueError(f"dataset has unknown keys {unknown}; accepted: {fields}")
+        return data_class(**dataset)
+    if not isinstance(dataset, str):
+        raise ValueError(f"dataset must be a source name, a mapping of {fields} or a "
+                         f"{data_class.__name__}, got {dataset!r}")
+    data = data_class(source=dataset, **{renamed[key]: value for key, value in retired.items()})
+    if retired:
+        default = data_class()
+        spelled = {"source": data.source, **{name: getattr(data, name) for name in fields[1:]
+                                             if getattr(data, name) != getattr(default, name)}}
+        log.warning("%s data keywords %s are retired: this is dataset=%r", env_class,
+                    sorted(retired), spelled)
+    return data
+
+
 def named_variant(variant: Any, retired_flags: Mapping[str, Any] | None, *,
                   variants: Mapping[str, Any], env_name: str, env_class: str, env_id: str,
                   log: logging.Logger):

@@ -40,8 +40,8 @@ from math_verify import verify as mv_verify
 from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
     CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
-    extract_python_code, failure_headline, named_variant, quote_inline, reward_coefficients,
-    run_tool_program, tool_role)
+    data_source, extract_python_code, failure_headline, named_variant, quote_inline,
+    reward_coefficients, run_tool_program, tool_role)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -519,36 +519,16 @@ RETIRED_DATA_KEYWORDS = {"dataset_format": "format", "hub_split": "split",
 def math_data(dataset: str | Mapping[str, Any] | MathData,
               retired_keywords: Mapping[str, Any] | None = None) -> MathData:
     """The data source ``dataset`` names: "generated", a mapping of :class:`MathData`'s
-    fields, or a :class:`MathData`. An env config written before it (an old checkpoint:
-    ``dataset`` a string beside the flat ``retired_keywords``) still loads, as the same
-    source (logged with its new spelling); flat keywords beside a mapping are refused."""
-    retired = dict(retired_keywords or {})
-    if retired and not isinstance(dataset, str):
-        raise ValueError(f"the retired keywords {sorted(retired)} and dataset={dataset!r} "
-                         f"exclude each other: give them inside dataset, as "
-                         f"{sorted(RETIRED_DATA_KEYWORDS[key] for key in retired)}")
-    if isinstance(dataset, MathData):
-        return dataset
-    if isinstance(dataset, Mapping):
-        unknown = sorted(set(dataset) - set(DATA_FIELDS), key=str)
-        if unknown:
-            raise ValueError(f"dataset has unknown keys {unknown}; accepted: {list(DATA_FIELDS)}")
-        return MathData(**dataset)
-    if not isinstance(dataset, str):
-        raise ValueError(f"dataset must be 'generated', a mapping of {list(DATA_FIELDS)} or a "
-                         f"MathData, got {dataset!r}")
-    if not retired and dataset.strip() and dataset != "generated":
+    fields, or a :class:`MathData`; an env config written before it (an old checkpoint:
+    ``dataset`` a string beside the flat ``retired_keywords``) still loads, as the same source
+    (:func:`~pettingllms_envs.common.data_source`). A file or hub name alone is refused: it
+    needs its row format."""
+    if (isinstance(dataset, str) and not retired_keywords and dataset.strip()
+            and dataset != "generated"):
         raise ValueError(f"dataset={dataset!r} needs its row format: dataset: {{source: "
                          f"{dataset!r}, format: one of {DATASET_FORMATS}}}")
-    data = MathData(source=dataset, **{RETIRED_DATA_KEYWORDS[key]: value
-                                       for key, value in retired.items()})
-    if retired:
-        spelled = {"source": data.source, **{
-            name: getattr(data, name) for name in DATA_FIELDS[1:]
-            if getattr(data, name) != getattr(MathData(), name)}}
-        logger.warning("math data keywords %s are retired: this is dataset=%r",
-                       sorted(retired), spelled)
-    return data
+    return data_source(MathData, dataset, retired_keywords, renamed=RETIRED_DATA_KEYWORDS,
+                       env_class="MathEnv", log=logger)
 
 
 # ------------------------------------------------------------------------------ the env

@@ -38,15 +38,14 @@ def vllm_counts_as_installed(monkeypatch):
 def overrides_for(path: Path, tmp_path: Path, arm: str | None = None) -> list[str]:
     env_config = load_document(path, arm)["algorithm"]["environment"]["env_config"]
     dataset = env_config.get("dataset")
-    # math_v0 names its source and format in one mapping (MathData); code_v0 flat.
-    nested = isinstance(dataset, dict)
-    data_format = dataset.get("format") if nested else env_config.get("dataset_format")
+    # math_v0 and code_v0 name a loaded source and its format in one mapping.
+    data_format = dataset.get("format") if isinstance(dataset, dict) else None
     if data_format is None:
         return []
     local = tmp_path / f"{data_format}.jsonl"
     local.write_text("\n".join(json.dumps(dict(LOCAL_ROWS[data_format], id=f"p{i}",
                                                name=f"p{i}")) for i in range(4)))
-    return [f"environment.env_config.dataset{'.source' if nested else ''}={local}"]
+    return [f"environment.env_config.dataset.source={local}"]
 
 
 @pytest.mark.parametrize("path,arm", RUNNABLE, ids=[

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.code import MAX_PARSED_TESTS, CodeEnv, parse_tester_answer
-from pettingllms_envs.code_data import load_dataset_problems, load_humaneval, problem_split
+from pettingllms_envs.code_data import (CodeData, load_dataset_problems, load_humaneval,
+                                        problem_split)
 from pettingllms_envs.code_problem import CodeProblem, TestCase
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.data import DatasetUnavailableError
@@ -126,9 +127,12 @@ def test_clones_share_the_loaded_problems_instead_of_copying_them():
     {"float_tolerance": -1e-6}, {"float_tolerance": float("nan")}, {"alpha": "1"},
     {"invalid_action_penalty": None}, {"sandbox_limits": "fast"},
     {"sandbox_limits": {"bogus": 1}}, {"prompt_style": "tiny"}, {"code_runner": 3},
-    {"dataset": ""}, {"dataset": "humaneval", "dataset_format": "apps"},
-    {"dataset": "org/name", "dataset_format": "mbpp"}, {"dataset": "./x.jsonl"},
-    {"dataset_split": 3, "dataset": "org/name", "dataset_format": "apps"},
+    {"dataset": ""}, {"dataset": {"source": "humaneval", "format": "apps"}},
+    {"dataset": {"source": "org/name", "format": "mbpp"}}, {"dataset": "./x.jsonl"},
+    {"dataset": {"source": "org/name", "format": "apps", "split": 3}},
+    {"dataset": {"test_fraction": 1.0}}, {"dataset": {"sauce": "humaneval"}},
+    {"dataset": None}, {"dataset": {"source": "generated"}, "dataset_format": "apps"},
+    {"dataset": "humaneval", "dataset_format": "apps"},
     {"problems": "HumanEval/0"}, {"problems": [1, 2]}, {"problems": []},
 ])
 def test_constructor_validates_arguments(bad):
@@ -138,7 +142,20 @@ def test_constructor_validates_arguments(bad):
 
 def test_a_missing_dataset_file_is_one_clear_error(tmp_path):
     with pytest.raises(DatasetUnavailableError, match="does not exist"):
-        CodeEnv(dataset=str(tmp_path / "apps.jsonl"), dataset_format="apps")
+        CodeEnv(dataset={"source": str(tmp_path / "apps.jsonl"), "format": "apps"})
+
+
+def test_old_flat_data_keywords_load_as_the_same_source(caplog):
+    """Env configs written before ``dataset:`` became a mapping (an old checkpoint's)."""
+    new = CodeEnv(dataset={"source": "generated", "test_fraction": 0.5}, code_runner=_fake_runner)
+    with caplog.at_level("WARNING", logger="pettingllms_envs.code"):
+        old = CodeEnv(dataset="generated", test_fraction=0.5, code_runner=_fake_runner)
+    assert old.data == new.data == CodeData(source="generated", test_fraction=0.5)
+    assert "this is dataset={'source': 'generated', 'test_fraction': 0.5}" in caplog.text
+    assert ([p.id for p in old.problem_set.bucket("test")]
+            == [p.id for p in new.problem_set.bucket("test")])
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['data_format'\]"):
+        CodeEnv(data_format="apps")
 
 
 def test_defaults():
@@ -148,7 +165,7 @@ def test_defaults():
     assert env.reward_config.max_tests_per_answer == 5
     assert env.reward_config.max_hidden_tests is None and env.reward_config.float_tolerance is None
     assert env.sandbox_limits.wall_time_s == 3 and env.prompt_style == "full"
-    assert env.test_fraction == 0.2
+    assert env.test_fraction == 0.2 and env.data == CodeData()
 
 
 # ------------------------------------------------------------------------------ instances
@@ -192,7 +209,7 @@ def test_a_given_task_by_problem_record_or_id():
 
 
 def test_an_empty_bucket_is_a_clear_error():
-    env = CodeEnv(problems=[DOUBLE], test_fraction=0.0, code_runner=_fake_runner)
+    env = CodeEnv(problems=[DOUBLE], dataset={"test_fraction": 0.0}, code_runner=_fake_runner)
     env.reset(seed=7)
     with pytest.raises(ValueError, match="no test problems"):
         env.reset(seed=TRAIN_SEED_LIMIT)
