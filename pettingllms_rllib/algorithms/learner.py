@@ -25,7 +25,8 @@ from ray.rllib.utils.annotations import override
 
 from pettingllms_rllib.core.loss import clipped_token_loss, logprob_mismatch
 from pettingllms_rllib.engines import behaviour_logprobs_are_exact
-from pettingllms_rllib.core.minibatching import plan_minibatches, split_rows
+from pettingllms_rllib.core.minibatching import (plan_minibatches,
+                                                  rows_trained_before_any_update, split_rows)
 # The learner metrics (``learners/<module>/...``), defined in metric_keys; NUM_GRADIENT_STEPS,
 # NUM_SAMPLES_TRAINED, KL_TO_START and KL_TO_REFERENCE are also importable from here.
 from pettingllms_rllib.metric_keys import (
@@ -50,6 +51,9 @@ from pettingllms_rllib.models.rl_modules import TOKEN_ENTROPY, TOKEN_LOGP
 
 #: Elements per all-reduce when averaging gradients (256 MiB of fp32): bounds the extra memory.
 _ALLREDUCE_BUCKET_ELEMENTS = 1 << 26
+#: Batch column: rows whose ratio denominator is their own training forward's log-probs (the
+#: module's first step, run on the weights its update starts from), not a recomputed one.
+PROXIMAL_FROM_FORWARD = "proximal_from_forward"
 
 
 def _buckets(params: list[torch.nn.Parameter], max_elements: int):
@@ -120,7 +124,8 @@ class ATGRPOTorchLearner(TorchLearner):
         self._kl_to_start_pending = set(batches)
         self._mismatch_pending = set(batches)
         for module_id, module_batch in batches.items():
-            self._attach_proximal_logprobs(module_id, module_batch, minibatch_size)
+            self._attach_proximal_logprobs(module_id, module_batch, minibatch_size,
+                                           rows_trained_before_any_update(steps, module_id))
         num_steps = self._agreed_num_steps(len(steps))
         # Built one step at a time: each minibatch is a copy of its rows.
         for step in steps:
@@ -136,15 +141,22 @@ class ATGRPOTorchLearner(TorchLearner):
         recomputed here. Decided once, in :meth:`build`."""
         return self._behaviour_exact
 
-    def _attach_proximal_logprobs(self, module_id, module_batch, minibatch_size) -> None:
+    def _attach_proximal_logprobs(self, module_id, module_batch, minibatch_size,
+                                  from_forward: np.ndarray) -> None:
         """The decoupled PPO objective where the sampler's log-probs are not the learner's
         (``core/loss.py``): rows sampled by another numeric path (bf16, vLLM: every row) or
         with older weights (asynchronous training: the stale rows) get as ``old_logp`` this
         learner's own log-probs before the update (no gradient), and the engine's log-probs
         move to ``behaviour_logp`` for the truncated importance weight. Other rows keep the
         engine's log-probs in both, so their weight is exactly 1; a batch with nothing to
-        recompute is left as it is (fp32 HF on-policy: today's algorithm, exactly). The
-        recomputed rows also give the behaviour/learner gap metrics."""
+        recompute is left as it is (fp32 HF on-policy: today's algorithm, exactly).
+
+        Rows in ``from_forward`` (the module's first step, trained once:
+        :func:`~pettingllms_rllib.core.minibatching.rows_trained_before_any_update`) are not
+        recomputed: their training forward runs on the pre-update weights, so the loss takes
+        its detached log-probs as their denominator (:data:`PROXIMAL_FROM_FORWARD`). The
+        recomputed rows give the behaviour/learner gap metrics; with none, the first step
+        does (``compute_loss_for_module``)."""
         counts = samples_per_row(module_batch)
         if not self.behaviour_logprobs_are_exact:
             rows = np.arange(len(counts))
@@ -156,6 +168,8 @@ class ATGRPOTorchLearner(TorchLearner):
             rows = np.arange(0)
         if len(rows) == 0:
             return
+        reused = np.intersect1d(rows, from_forward)
+        rows = np.setdiff1d(rows, reused)
         proximal = module_batch["old_logp"].clone()
         with torch.no_grad():
             for part in split_rows(counts, rows, minibatch_size):
@@ -165,9 +179,14 @@ class ATGRPOTorchLearner(TorchLearner):
                 mask = piece["response_mask"].to(logp.dtype)
                 proximal[index, :logp.shape[1]] = (logp * mask).to(proximal.dtype)
         behaviour = module_batch["old_logp"]
-        index = torch.as_tensor(rows, dtype=torch.long, device=proximal.device)
-        self._log_mismatch(module_id, proximal[index], behaviour[index],
-                           module_batch["response_mask"][index])
+        if len(rows):
+            index = torch.as_tensor(rows, dtype=torch.long, device=proximal.device)
+            self._log_mismatch(module_id, proximal[index], behaviour[index],
+                               module_batch["response_mask"][index])
+        if len(reused):
+            flag = torch.zeros(len(counts), dtype=torch.bool, device=proximal.device)
+            flag[torch.as_tensor(reused, dtype=torch.long, device=proximal.device)] = True
+            module_batch[PROXIMAL_FROM_FORWARD] = flag
         module_batch["behaviour_logp"] = behaviour
         module_batch["old_logp"] = proximal
 
@@ -329,8 +348,12 @@ class ATGRPOTorchLearner(TorchLearner):
             if reference is None:
                 raise RuntimeError(f"module {module_id!r} has kl_coef={kl_coef} but keeps no "
                                    "reference model (its RLModule loaded no reference copy)")
+        old_logp = batch["old_logp"]
+        if PROXIMAL_FROM_FORWARD in batch:  # the first step: the forward is pre-update
+            reuse = batch[PROXIMAL_FROM_FORWARD].bool().unsqueeze(-1)
+            old_logp = torch.where(reuse, fwd_out[TOKEN_LOGP].detach(), old_logp)
         loss, stats = clipped_token_loss(
-            fwd_out[TOKEN_LOGP], batch["old_logp"], batch["advantages"], batch["response_mask"],
+            fwd_out[TOKEN_LOGP], old_logp, batch["advantages"], batch["response_mask"],
             clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high,
             dual_clip=config.dual_clip, ref_logp=reference, kl_coef=kl_coef,
             behaviour_logp=batch["behaviour_logp"] if "behaviour_logp" in batch else None,

@@ -75,3 +75,19 @@ def plan_minibatches(samples_per_row: Mapping[str, Sequence[int]], *, num_epochs
         for i in range(max((len(p) for p in per_module.values()), default=0)):
             steps.append({m: pieces[i] for m, pieces in per_module.items() if i < len(pieces)})
     return steps
+
+
+def rows_trained_before_any_update(steps: Sequence[Step], module_id: str) -> np.ndarray:
+    """The rows of ``module_id``'s first step that no later step trains again.
+
+    That step's forward runs on the weights the module's update starts from, so for these rows
+    it *is* the decoupled objective's ratio denominator (the learner's own pre-update
+    log-probs) and needs no separate no-gradient pass. A row a later epoch trains again keeps
+    its recompute: by then its forward runs on updated weights.
+    """
+    first = next((step[module_id] for step in steps if module_id in step), None)
+    if first is None:
+        return np.zeros(0, dtype=np.int64)
+    later = [step[module_id] for step in steps if module_id in step][1:]
+    again = np.concatenate(later) if later else np.zeros(0, dtype=np.int64)
+    return np.setdiff1d(np.asarray(first, dtype=np.int64), again)

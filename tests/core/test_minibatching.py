@@ -5,7 +5,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pettingllms_rllib.core.minibatching import plan_minibatches, split_rows
+from pettingllms_rllib.core.minibatching import (plan_minibatches, rows_trained_before_any_update,
+                                                  split_rows)
 
 
 def rows_seen(steps, module_id):
@@ -47,3 +48,15 @@ def test_bad_arguments_are_refused():
         split_rows([1], [0], minibatch_size=0)
     with pytest.raises(ValueError, match="rng"):
         plan_minibatches({"m": [1]}, num_epochs=1, minibatch_size=1, shuffle=True)
+
+
+def test_the_first_steps_rows_are_trained_before_any_update_when_no_later_step_repeats_them():
+    sizes = {"a": [4, 4, 4], "b": [4]}
+    steps = plan_minibatches(sizes, num_epochs=1, minibatch_size=8)
+    assert rows_trained_before_any_update(steps, "a").tolist() == [0, 1]
+    assert rows_trained_before_any_update(steps, "b").tolist() == [0]
+    assert rows_trained_before_any_update(steps, "absent").tolist() == []
+    # A second epoch trains every row again, on updated weights: none qualifies.
+    twice = plan_minibatches(sizes, num_epochs=2, minibatch_size=8)
+    assert rows_trained_before_any_update(twice, "a").tolist() == []
+    assert rows_trained_before_any_update(twice, "b").tolist() == []

@@ -11,7 +11,7 @@ from toy_env import ToyScoreEnv
 from toy_ray import AGENTS, TINY
 
 from pettingllms_rllib.algorithms import ATGRPOConfig
-from pettingllms_rllib.algorithms.learner import ATGRPOTorchLearner
+from pettingllms_rllib.algorithms.learner import PROXIMAL_FROM_FORWARD, ATGRPOTorchLearner
 from pettingllms_rllib.envs import register_text_env
 from pettingllms_rllib.experiment import multi_agent_kwargs
 from pettingllms_rllib.metric_keys import LOGP_MISMATCH_KL, LOGP_MISMATCH_MAX, LOGP_MISMATCH_MEAN
@@ -198,16 +198,22 @@ def test_in_bf16_the_ratio_denominator_is_the_learners_own_and_the_gap_is_weight
     _, learner = _learner(lora=True)
     assert not learner.behaviour_logprobs_are_exact
     seen = _losses_see(learner)
-    results = learner.update(batch=_batch(behaviour=-5.0), minibatch_size=8, num_epochs=1)
+    # 4 rows of one sample, minibatches of 2: rows 0-1 are the first step, rows 2-3 the second
+    results = learner.update(batch=_batch(behaviour=-5.0), minibatch_size=2, num_epochs=1)
     for module_id in AGENTS:
-        batch = seen[module_id][0]
-        mask = batch["response_mask"].bool()
-        assert torch.all(batch["behaviour_logp"][mask] == -5.0)
-        proximal = batch["old_logp"][mask]
+        first, second = seen[module_id]
+        for batch in (first, second):
+            assert torch.all(batch["behaviour_logp"][batch["response_mask"].bool()] == -5.0)
+        # The first step trains on the pre-update weights: its forward is its denominator,
+        # nothing is recomputed for it (the loss swaps the forward's log-probs in).
+        assert torch.all(first[PROXIMAL_FROM_FORWARD])
+        assert torch.all(first["old_logp"] == -5.0)
+        # The second step's rows were recomputed before the update began.
+        assert not torch.any(second[PROXIMAL_FROM_FORWARD])
+        mask = second["response_mask"].bool()
+        proximal = second["old_logp"][mask]
         assert torch.all(proximal != -5.0) and torch.all(proximal < 0)
-        # the learner's own log-probs before the update: its first step's ratio is 1
-        assert results[module_id]["policy_behaviour_ratio"].peek() == pytest.approx(1.0,
-                                                                                      abs=1e-2)
+        # The gap metrics: over the recomputed rows.
         gap = results[module_id][LOGP_MISMATCH_MEAN].peek()
         expected = float((proximal + 5.0).abs().mean())
         assert gap == pytest.approx(expected, rel=1e-4)
@@ -216,6 +222,44 @@ def test_in_bf16_the_ratio_denominator_is_the_learners_own_and_the_gap_is_weight
             float(r.abs().max()), rel=1e-4)
         assert results[module_id][LOGP_MISMATCH_KL].peek() == pytest.approx(
             float((torch.exp(r) - r - 1).mean()), rel=1e-4)
+
+
+def test_in_bf16_one_step_recomputes_nothing_and_its_ratio_is_exactly_one(cpu_with):
+    cpu_with(AMX)
+    _, learner = _learner(lora=True)
+    seen = _losses_see(learner)
+    recomputed = []  # no-gradient passes with the module's own weights (not the KL's base)
+    for module_id in AGENTS:
+        module = learner.module[module_id]
+
+        def counted(batch, causal_lm=None, _own=module.detached_logprobs):
+            if causal_lm is None:
+                recomputed.append(len(batch))
+            return _own(batch, causal_lm)
+
+        module.detached_logprobs = counted
+    results = learner.update(batch=_batch(behaviour=-5.0), minibatch_size=8, num_epochs=1)
+    assert recomputed == []
+    for module_id in AGENTS:
+        (batch,) = seen[module_id]
+        assert torch.all(batch[PROXIMAL_FROM_FORWARD])
+        assert results[module_id]["policy_behaviour_ratio"].peek() == 1.0
+        # the gap, from the step's own forward against the engine's -5
+        assert results[module_id][LOGP_MISMATCH_MEAN].peek() > 0
+
+
+def test_in_bf16_a_second_epoch_keeps_every_recompute(cpu_with):
+    """With two epochs every row is trained again on updated weights, so none can use its
+    forward as the denominator."""
+    cpu_with(AMX)
+    _, learner = _learner(lora=True)
+    seen = _losses_see(learner)
+    learner.update(batch=_batch(behaviour=-5.0), minibatch_size=8, num_epochs=2)
+    for module_id in AGENTS:
+        first, again = seen[module_id]
+        assert PROXIMAL_FROM_FORWARD not in first
+        assert torch.equal(first["old_logp"], again["old_logp"])
+        assert torch.all(first["old_logp"][first["response_mask"].bool()] != -5.0)
 
 
 def test_fp32_on_policy_is_exactly_todays_algorithm(cpu_with):
