@@ -6,6 +6,7 @@
     python bench/precision.py iteration   # main-job iterations, float32 vs auto
     python bench/precision.py profile     # where a main-job generate call's time goes
     python bench/precision.py learner     # one main-job minibatch: forward, backward, recompute
+    python bench/precision.py update      # one learner update: the first step's recompute saved
 
 Every part alternates the two arms within each repetition, so drift in machine load hits both;
 quote the ratios, not the absolute times (a shared 2-core VM). ``auto`` resolves here as the
@@ -31,6 +32,9 @@ library does (``models/precision.py``): printed first. Results: bench/RESULTS.md
   a minibatch as trained is forward + backward in fp32 (the exact path recomputes nothing) and
   all three under ``auto``. Then one forward and its backward under the profiler: seconds in
   GEMMs, attention and the rest.
+* ``update``: one whole learner update under ``auto`` (the main job's learner, 2 modules x 2
+  minibatches), as shipped and with every row's denominator recomputed, alternating: what
+  taking the first step's forward as its own denominator saves.
 * ``iteration``: the main job (``tune_configs/math_cpu.yaml``, ``--set`` overrides apply) built
   with ``build_algo`` in a fresh subprocess per arm and repetition, ``--iterations`` each; wall
   seconds per iteration and the time shares (generate, learner, ...).
@@ -336,6 +340,51 @@ def _learner_ops(module, batch) -> dict[str, dict[str, float]]:
     return {"forward": _op_seconds(forward), "backward": _op_seconds(backward)}
 
 
+# ----------------------------------------------------------------------------------- update
+def bench_update(args) -> dict:
+    """One whole learner update under ``auto`` on a main-job-shaped batch (each module: 4
+    shared-prefix rows of a 90-token prompt and K=4 responses of 40 tokens, 16 samples, so 2
+    steps of ``minibatch_size`` 8), as shipped (the first step's rows take their own forward
+    as the ratio denominator) and with every row recomputed (the rule before, 4b1250d),
+    alternating; seconds per update, best of ``--repeats``."""
+    import gymnasium
+    import numpy as np
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+    from pettingllms_rllib.algorithms import learner as learner_module
+    from pettingllms_rllib.experiment import load_experiment
+
+    from pettingllms_rllib.envs import make_text_env
+
+    config = load_experiment(MAIN_JOB, ["llm.model_dtype=auto"]).config
+    agents = make_text_env(config.env, config.env_config).possible_agents
+    space = gymnasium.spaces.Text(8)
+    learner = config.build_learner(env=None, spaces={a: (space, space) for a in agents})
+    rows = {key: value.numpy() for key, value in _packed_minibatch(rows=4).items()}
+    rows["old_logp"] = np.where(rows["response_mask"] > 0, -2.0, 0.0).astype(np.float32)
+    rows["advantages"] = (rows["response_mask"] * np.where(rows["segment_ids"] % 2, 1.0, -1.0)
+                          ).astype(np.float32)
+    rows["num_samples"] = np.full(4, 4, dtype=np.int64)
+    modules = {config.policy_mapping_fn(agent, None) for agent in agents}
+    shipped = learner_module.rows_trained_before_any_update
+    arms = {"first step from its forward": shipped,
+            "every row recomputed": lambda steps, module_id: np.zeros(0, dtype=np.int64)}
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    for repeat in range(args.repeats + 1):  # the first is the warm-up
+        for arm, rule in arms.items():
+            learner_module.rows_trained_before_any_update = rule
+            batch = MultiAgentBatch({m: SampleBatch(dict(rows)) for m in modules}, env_steps=16)
+            start = time.perf_counter()
+            learner.update(batch=batch, minibatch_size=8, num_epochs=1)
+            if repeat:
+                seconds[arm].append(time.perf_counter() - start)
+    learner_module.rows_trained_before_any_update = shipped
+    best = {arm: min(values) for arm, values in seconds.items()}
+    return {"seconds": seconds, "best_seconds": best,
+            "recomputed_over_shipped": best["every row recomputed"]
+            / best["first step from its forward"]}
+
+
 # -------------------------------------------------------------------------------- iteration
 
 
@@ -361,7 +410,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("gemm", "model", "mismatch", "profile", "learner",
-                                             "iteration"))
+                                             "update", "iteration"))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=3)
@@ -373,7 +422,7 @@ def main() -> None:
     choice = resolve_model_dtype("auto")
     log(choice.describe())
     result = {"gemm": bench_gemm, "model": bench_model, "mismatch": bench_mismatch,
-              "profile": bench_profile, "learner": bench_learner,
+              "profile": bench_profile, "learner": bench_learner, "update": bench_update,
               "iteration": bench_iteration}[args.part](args)
     result.update(threads=args.threads, auto=choice.describe())
     emit_result(result, args.out)

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pettingllms_envs.code_generated import generate_problems
 # The record type lives below this module and the generator; PROBLEM_KINDS is re-exported.
 from pettingllms_envs.code_problem import PROBLEM_KINDS, CodeProblem, TestCase  # noqa: F401
-from pettingllms_envs.common import check_float, hash_split
+from pettingllms_envs.common import check_float, check_hub_location, hash_split
 from pettingllms_envs.data import DatasetUnavailableError, convert_rows, read_rows, write_jsonl
 
 logger = logging.getLogger(__name__)
@@ -448,11 +448,7 @@ class CodeData:
                              f"got {self.source!r}")
         if self.format is not None and self.format not in DATASET_FORMATS:
             raise ValueError(f"dataset format={self.format!r}; accepted: {DATASET_FORMATS}")
-        if not isinstance(self.split, str) or not self.split:
-            raise ValueError(f"dataset split must be a split name, got {self.split!r}")
-        if self.config is not None and (not isinstance(self.config, str) or not self.config):
-            raise ValueError(f"dataset config must be None or a config name, got "
-                             f"{self.config!r}")
+        check_hub_location(self.split, self.config)
         fraction = check_float("dataset test_fraction", self.test_fraction)
         if not 0.0 <= fraction < 1.0:
             raise ValueError(f"dataset test_fraction must be in [0, 1), got "

@@ -477,6 +477,15 @@ def check_code_runner(runner: Any) -> CodeRunner | None:
 EXAMPLE_MOVES = ("R D", "D R", "L U", "U L", "R R", "D D", "L L", "U U")
 
 
+def check_hub_location(split: Any, config: Any) -> None:
+    """A data source's ``split`` (a split name) and ``config`` (None or a config name), the
+    hub dataset's coordinates in a task's ``dataset:`` mapping."""
+    if not isinstance(split, str) or not split:
+        raise ValueError(f"dataset split must be a split name, got {split!r}")
+    if config is not None and (not isinstance(config, str) or not config):
+        raise ValueError(f"dataset config must be None or a config name, got {config!r}")
+
+
 def data_source(data_class: type, dataset: Any, retired_keywords: Mapping[str, Any] | None, *,
                 renamed: Mapping[str, str], env_class: str, log: logging.Logger):
     """A task's data source (``dataset:`` in its env config) as ``data_class``, a frozen

@@ -39,9 +39,9 @@ from math_verify import verify as mv_verify
 
 from pettingllms_envs.bounded_worker import BoundedWorker
 from pettingllms_envs.common import (
-    CodeRunner, check_code_runner, check_float, check_prompt_style, check_sandbox_limits,
-    data_source, extract_python_code, failure_headline, named_variant, quote_inline,
-    reward_coefficients, run_tool_program, tool_role)
+    CodeRunner, check_code_runner, check_float, check_hub_location, check_prompt_style,
+    check_sandbox_limits, data_source, extract_python_code, failure_headline, named_variant,
+    quote_inline, reward_coefficients, run_tool_program, tool_role)
 from pettingllms_envs.data import LoadReport
 from pettingllms_envs.math_data import (
     DATASET_FORMATS, KINDS, MAX_ANSWER_CHARS, MathProblem, check_generator_args,
@@ -492,11 +492,7 @@ class MathData:
         if self.source != "generated" and self.format not in DATASET_FORMATS:
             raise ValueError(f"dataset source {self.source!r} needs format, one of "
                              f"{DATASET_FORMATS}; got {self.format!r}")
-        if not isinstance(self.split, str) or not self.split:
-            raise ValueError(f"dataset split must be a split name, got {self.split!r}")
-        if self.config is not None and (not isinstance(self.config, str) or not self.config):
-            raise ValueError(f"dataset config must be None or a config name, got "
-                             f"{self.config!r}")
+        check_hub_location(self.split, self.config)
         fraction = check_float("dataset test_fraction", self.test_fraction)
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"dataset test_fraction must be in [0, 1], got "
