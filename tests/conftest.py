@@ -34,8 +34,8 @@ def pytest_unconfigure(config):
     torch's and transformers' native objects) crashed with SIGSEGV in about 1 of 5 full runs,
     turning a green suite red (2026-12-01, the whole suite in one process). Not reproduced
     since: 56 runs of six in-process subsets with the teardown on (2026-12-07) exited 0, and so
-    did 11 runs of the whole `make test` selection in one process (8 to the end, 3 stopped at
-    a failure of their own; 2026-12-07, night). What outlives ``ray.shutdown()`` into that
+    did 13 runs of the whole `make test` selection in one process (10 to the end, 3 stopped at
+    a failure of their own; 2026-12-07, two nights). What outlives ``ray.shutdown()`` into that
     teardown is native: at the end of such a run about 50 threads (``/proc/self/task``): Ray's
     GCS-client, gRPC and event-engine threads (no API stops them), the notebook kernels'
     ZeroMQ threads, jemalloc's, and 27-28 unnamed ones, not identified (the earlier search
