@@ -11,6 +11,7 @@ import pytest
 from hang_guard import MEGABYTE_PARSE_BOUND_S, finishes_within
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reward_keywords import check_old_reward_keywords_load_as_rewards
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.data import DatasetUnavailableError
@@ -790,12 +791,8 @@ def test_old_flat_data_keywords_load_as_the_same_generated_source(caplog):
 
 
 def test_old_reward_keywords_load_as_rewards_entries(caplog):
-    with caplog.at_level("WARNING", logger="pettingllms_envs.math"):
-        old = MathEnv(wrong_reward=-0.5, code_runner=_fake_python)
-    assert old.reward_config == RewardConfig(wrong_reward=-0.5)
-    assert "MathEnv reward keywords ['wrong_reward'] are now entries of rewards" in caplog.text
-    with pytest.raises(ValueError, match="given both as keywords and in rewards"):
-        MathEnv(wrong_reward=-0.5, rewards={"wrong_reward": 0.0})
+    check_old_reward_keywords_load_as_rewards(MathEnv, RewardConfig, {"wrong_reward": -0.5},
+                                              caplog, code_runner=_fake_python)
 
 
 def test_old_flat_data_keywords_load_as_the_same_loaded_source(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from hang_guard import parse_within_bound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reward_keywords import check_old_reward_keywords_load_as_rewards
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.common import extract_python_code
@@ -105,12 +106,8 @@ def test_rewards_override_only_the_coefficients_they_name():
 def test_a_coefficient_given_as_its_own_keyword_loads_as_a_rewards_entry(caplog):
     """Env configs written before ``rewards:`` (an old checkpoint's) still load, logged; the
     same coefficient given both ways is refused."""
-    with caplog.at_level("WARNING"):
-        env = PlanPathEnv(step_cost=0.0, goal_bonus=2.0)
-    assert env.reward_config == RewardConfig(step_cost=0.0, goal_bonus=2.0)
-    assert "reward keywords ['goal_bonus', 'step_cost'] are now entries of rewards" in caplog.text
-    with pytest.raises(ValueError, match="given both as keywords and in rewards"):
-        PlanPathEnv(step_cost=0.0, rewards={"step_cost": 0.1})
+    check_old_reward_keywords_load_as_rewards(PlanPathEnv, RewardConfig,
+                                              {"step_cost": 0.0, "goal_bonus": 2.0}, caplog)
 
 
 def test_defaults_match_the_paper():

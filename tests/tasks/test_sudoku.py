@@ -11,6 +11,7 @@ import pytest
 from hang_guard import MEGABYTE_PARSE_BOUND_S, finishes_within
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reward_keywords import check_old_reward_keywords_load_as_rewards
 from pettingzoo.test import parallel_api_test
 
 from pettingllms_envs.common import extract_python_code
@@ -152,12 +153,8 @@ def test_rewards_and_the_keywords_they_replaced(caplog):
     configs before ``rewards:``) loads as a rewards entry, logged; giving it both ways, or any
     other keyword, is refused."""
     assert SudokuEnv(rewards={"solve_bonus": 5.0}).reward_config == RewardConfig(solve_bonus=5.0)
-    with caplog.at_level("WARNING"):
-        old = SudokuEnv(solve_bonus=5.0, wrong_penalty=0.25)
-    assert old.reward_config == RewardConfig(solve_bonus=5.0, wrong_penalty=0.25)
-    assert "SudokuEnv reward keywords ['solve_bonus', 'wrong_penalty']" in caplog.text
-    with pytest.raises(ValueError, match="given both as keywords and in rewards"):
-        SudokuEnv(solve_bonus=5.0, rewards={"solve_bonus": 1.0})
+    check_old_reward_keywords_load_as_rewards(SudokuEnv, RewardConfig,
+                                              {"solve_bonus": 5.0, "wrong_penalty": 0.25}, caplog)
     with pytest.raises(TypeError, match=r"unexpected keyword arguments \['holes'\]"):
         SudokuEnv(holes=4)
 
