@@ -13,9 +13,9 @@ OUTPUT ?= runs
 # pytest-xdist workers for `make test`: the suite runs single-threaded (OMP_NUM_THREADS=1),
 # so one worker per core about halves its time on 2 cores (full suite here: 30 min in one
 # process on 2026-12-03, 14 min 49 s in two the next run; not a controlled benchmark). On an
-# idle machine here, 2026-12-07 evening: `make test` 7 min 44 s and 7 min 47 s in two runs (892
-# and 896 s of tests on two workers, the unprivileged sandbox suites included), `make
-# test-cluster` 3 min 43 s.
+# idle machine here, 2026-12-07 night: `make test` 7 min 44 s and 8 min 1 s in two runs (463
+# and 480 s of pytest on two workers, the unprivileged sandbox suites included), `make
+# test-cluster` 3 min 15 s.
 TEST_WORKERS ?= 2
 
 .PHONY: install sandbox-tools train test test-cluster test-fast test-vllm bench
