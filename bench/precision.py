@@ -321,7 +321,8 @@ def bench_learner(args) -> dict:
     trained = {"float32": best["float32"]["forward"] + best["float32"]["backward"],
                "auto": sum(best["auto"].values())}
     return {"minibatch_as_trained_s": trained,
-            "minibatch_fp32_over_auto": trained["float32"] / trained["auto"], "seconds": seconds, "best_seconds": best,
+            "minibatch_fp32_over_auto": trained["float32"] / trained["auto"],
+            "seconds": seconds, "best_seconds": best,
             "fp32_over_auto": {part: best["float32"][part] / best["auto"][part]
                                for part in best["float32"]},
             "shape": {k: list(v.shape) for k, v in batch.items()}, "op_seconds": ops}
@@ -345,16 +346,15 @@ def bench_update(args) -> dict:
     """One whole learner update under ``auto`` on a main-job-shaped batch (each module: 4
     shared-prefix rows of a 90-token prompt and K=4 responses of 40 tokens, 16 samples, so 2
     steps of ``minibatch_size`` 8), as shipped (the first step's rows take their own forward
-    as the ratio denominator) and with every row recomputed (the rule before, 4b1250d),
+    as the ratio denominator) and with every row recomputed (the rule before 4b1250d),
     alternating; seconds per update, best of ``--repeats``."""
     import gymnasium
     import numpy as np
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from pettingllms_rllib.algorithms import learner as learner_module
-    from pettingllms_rllib.experiment import load_experiment
-
     from pettingllms_rllib.envs import make_text_env
+    from pettingllms_rllib.experiment import load_experiment
 
     config = load_experiment(MAIN_JOB, ["llm.model_dtype=auto"]).config
     agents = make_text_env(config.env, config.env_config).possible_agents

@@ -396,13 +396,11 @@ class CodeEnv(TextParallelEnv):
                  sandbox: Mapping[str, Any] | None = None,
                  prompt_style: str = "full", code_runner: BatchRunner | None = None,
                  single_agent: bool = False, **retired_keywords: Any):
-        refuse_unexpected_keywords(type(self).__name__, {
-            key: value for key, value in retired_keywords.items()
-            if key not in RETIRED_DATA_KEYWORDS})
         #: Where the problems come from (:class:`~pettingllms_envs.code_data.CodeData`).
         self.data = data_source(CodeData, dataset, retired_keywords,
                                 renamed=RETIRED_DATA_KEYWORDS, env_class=type(self).__name__,
                                 log=logger)
+        refuse_unexpected_keywords(type(self).__name__, retired_keywords)
         self.test_fraction = self.data.test_fraction
         check_int("max_turns", max_turns, minimum=1)
         self.reward_config = RewardConfig(

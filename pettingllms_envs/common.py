@@ -486,16 +486,18 @@ def check_hub_location(split: Any, config: Any) -> None:
         raise ValueError(f"dataset config must be None or a config name, got {config!r}")
 
 
-def data_source(data_class: type, dataset: Any, retired_keywords: Mapping[str, Any] | None, *,
+def data_source(data_class: type, dataset: Any, keywords: dict[str, Any], *,
                 renamed: Mapping[str, str], env_class: str, log: logging.Logger):
     """A task's data source (``dataset:`` in its env config) as ``data_class``, a frozen
     dataclass whose first field is ``source``: an instance, a mapping of its fields (an unknown
-    key refused with the accepted ones), or a bare source name. An env config written before
-    the mapping (an old checkpoint's: ``dataset`` a name beside flat keywords, each the field
-    ``renamed`` maps it to) loads as the same source, logged with its new spelling; flat
-    keywords beside a mapping are refused."""
+    key refused with the accepted ones), or a bare source name. Data keywords among the
+    constructor's other ``keywords`` (an env config written before the mapping, an old
+    checkpoint's: ``dataset`` a name beside flat keywords, each the field ``renamed`` maps it
+    to) are popped from it and load as the same source, logged with its new spelling, as
+    :func:`reward_coefficients` does for rewards; flat keywords beside a mapping are
+    refused."""
     fields = [field.name for field in dataclasses.fields(data_class)]
-    retired = dict(retired_keywords or {})
+    retired = {key: keywords.pop(key) for key in renamed if key in keywords}
     if retired and not isinstance(dataset, str):
         raise ValueError(f"the retired keywords {sorted(retired)} and dataset={dataset!r} "
                          f"exclude each other: give them inside dataset, as "

@@ -513,17 +513,18 @@ RETIRED_DATA_KEYWORDS = {"dataset_format": "format", "hub_split": "split",
 
 
 def math_data(dataset: str | Mapping[str, Any] | MathData,
-              retired_keywords: Mapping[str, Any] | None = None) -> MathData:
+              keywords: dict[str, Any] | None = None) -> MathData:
     """The data source ``dataset`` names: "generated", a mapping of :class:`MathData`'s
     fields, or a :class:`MathData`; an env config written before it (an old checkpoint:
-    ``dataset`` a string beside the flat ``retired_keywords``) still loads, as the same source
-    (:func:`~pettingllms_envs.common.data_source`). A file or hub name alone is refused: it
-    needs its row format."""
-    if (isinstance(dataset, str) and not retired_keywords and dataset.strip()
-            and dataset != "generated"):
+    ``dataset`` a string beside flat data keywords, popped from ``keywords``) still loads, as
+    the same source (:func:`~pettingllms_envs.common.data_source`). A file or hub name alone
+    is refused: it needs its row format."""
+    keywords = {} if keywords is None else keywords
+    if (isinstance(dataset, str) and dataset.strip() and dataset != "generated"
+            and not any(key in keywords for key in RETIRED_DATA_KEYWORDS)):
         raise ValueError(f"dataset={dataset!r} needs its row format: dataset: {{source: "
                          f"{dataset!r}, format: one of {DATASET_FORMATS}}}")
-    return data_source(MathData, dataset, retired_keywords, renamed=RETIRED_DATA_KEYWORDS,
+    return data_source(MathData, dataset, keywords, renamed=RETIRED_DATA_KEYWORDS,
                        env_class="MathEnv", log=logger)
 
 
@@ -655,17 +656,14 @@ class MathEnv(TextParallelEnv):
                  sandbox_limits: SandboxLimits | Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None, code_runner: CodeRunner | None = None,
                  single_agent: bool = False, **retired_keywords: Any):
-        self.reward_config = reward_coefficients(  # before the variant: it takes the rest
+        # Each reader pops its old keywords; the variant takes what is left (prompt flags).
+        self.reward_config = reward_coefficients(
             RewardConfig, rewards, retired_keywords, env_class=type(self).__name__, log=logger,
             signed=("correct_reward", "wrong_reward"))
-        #: What the prompts show and how the reasoner answers (:class:`MathVariant`).
-        self.variant = math_variant(variant, {
-            key: value for key, value in retired_keywords.items()
-            if key not in RETIRED_DATA_KEYWORDS})
         #: Where the problems come from (:class:`MathData`).
-        self.data = math_data(dataset, {
-            key: value for key, value in retired_keywords.items()
-            if key in RETIRED_DATA_KEYWORDS})
+        self.data = math_data(dataset, retired_keywords)
+        #: What the prompts show and how the reasoner answers (:class:`MathVariant`).
+        self.variant = math_variant(variant, retired_keywords)
         self.sandbox_limits = check_sandbox_limits(
             sandbox_limits, sandbox=sandbox, data_packages=SANDBOX_DATA_PACKAGES,
             runner=code_runner)

@@ -47,6 +47,10 @@ from pettingllms_rllib.checkpoints import POOLED_STATE_FILE, POOLS_DIR
 
 logger = logging.getLogger(__name__)
 
+#: RLlib's component path of a learner group's module weights (``learner/rl_module``); one
+#: module's is this plus ``/<module id>``.
+_MODULES_COMPONENT = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}"
+
 
 @dataclasses.dataclass(frozen=True)
 class ResourcePool:
@@ -349,7 +353,7 @@ class PooledLearnerGroup(Checkpointable):
         if components is None:
             return True
         requested = [components] if isinstance(components, str) else list(components)
-        prefix = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/"
+        prefix = f"{_MODULES_COMPONENT}/"
         named = [c[len(prefix):].split("/")[0] for c in requested if c.startswith(prefix)]
         if len(named) < len(requested):
             return True
@@ -379,9 +383,8 @@ class PooledLearnerGroup(Checkpointable):
 
     def get_weights(self, module_ids: Collection[str] | None = None) -> dict:
         """The modules' weights (all, or those in ``module_ids``), each from its pool."""
-        prefix = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}"
-        components = (prefix if module_ids is None else
-                      [f"{prefix}/{module_id}" for module_id in module_ids])
+        components = (_MODULES_COMPONENT if module_ids is None else
+                      [f"{_MODULES_COMPONENT}/{module_id}" for module_id in module_ids])
         return self.get_state(components)[COMPONENT_LEARNER].get(COMPONENT_RL_MODULE, {})
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:

@@ -11,8 +11,8 @@ import pytest
 from hang_guard import MEGABYTE_PARSE_BOUND_S, finishes_within
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reward_keywords import check_old_reward_keywords_load_as_rewards
 from pettingzoo.test import parallel_api_test
+from reward_keywords import check_old_reward_keywords_load_as_rewards
 
 from pettingllms_envs.data import DatasetUnavailableError
 from pettingllms_envs.math import (

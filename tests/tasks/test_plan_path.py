@@ -9,8 +9,8 @@ import pytest
 from hang_guard import parse_within_bound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reward_keywords import check_old_reward_keywords_load_as_rewards
 from pettingzoo.test import parallel_api_test
+from reward_keywords import check_old_reward_keywords_load_as_rewards
 
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.moves import (MAX_PARSED_MOVES, parse_move_tokens, parse_planner_answer,

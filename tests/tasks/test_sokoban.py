@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reward_keywords import check_old_reward_keywords_load_as_rewards
 from pettingzoo.test import parallel_api_test
+from reward_keywords import check_old_reward_keywords_load_as_rewards
 
 from pettingllms_envs.common import extract_python_code
 from pettingllms_envs.moves import parse_planner_answer, parse_program_output
